@@ -1,0 +1,69 @@
+# DreamGym: `make run` (main job, cpu profile) and `make test` are all a newcomer needs.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+BIN := $(CURDIR)/$(VENV)/bin
+STAMP := $(VENV)/.installed
+TORCH := torch==2.13.0
+
+# DVC stages call `dreamgym`, so the venv's bin goes first; everything stays offline and quiet.
+export PATH := $(BIN):$(PATH)
+export DVC_NO_ANALYTICS := 1
+export HF_HUB_OFFLINE := 1
+export TRANSFORMERS_OFFLINE := 1
+export MLFLOW_DISABLE_TELEMETRY := true
+export DO_NOT_TRACK := 1
+export GX_ANALYTICS_ENABLED := false
+export PREFECT_SERVER_ANALYTICS_ENABLED := false
+export TOKENIZERS_PARALLELISM := false
+export PIP_DISABLE_PIP_VERSION_CHECK := 1
+
+.PHONY: setup run test lint format bench ui prefect-ui clean help
+
+help:  ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
+
+setup: $(STAMP) .dvc/config  ## create .venv (torch first, then the pinned project)
+
+# torch==2.13.0 first: the CPU build; an unpinned torch would pull several GB of CUDA wheels.
+$(STAMP): pyproject.toml
+	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/pip install -q --upgrade pip
+	$(VENV)/bin/pip install -q $(TORCH)
+	$(VENV)/bin/pip install -q -e '.[dev]'
+	touch $(STAMP)
+
+.dvc/config:
+	test -d .git || git init -q
+	$(BIN)/dvc init -q
+	$(BIN)/dvc config core.analytics false
+
+run: setup  ## run the whole pipeline on the active profile (default cpu): dvc repro
+	$(BIN)/dvc repro
+	@echo "Metrics:"; $(BIN)/dvc metrics show
+	@echo "Browse runs: make ui  (MLflow at http://127.0.0.1:5000)"
+
+lint: setup  ## ruff lint + format check
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+format: setup  ## apply ruff fixes and formatting
+	$(BIN)/ruff check --fix .
+	$(BIN)/ruff format .
+
+# pytest exits 5 when it collected nothing: treat that as a failure, a green run must test.
+test: lint  ## lint, then the whole test suite (unit, integration, e2e)
+	@set +e; $(BIN)/pytest --durations=15 $(PYTEST_ARGS); rc=$$?; \
+	if [ $$rc -eq 5 ]; then echo "error: pytest collected no tests" >&2; exit 1; fi; exit $$rc
+
+bench: setup  ## run the benchmarks; JSON results under bench/results/
+	$(BIN)/python -m bench.run
+
+ui: setup  ## MLflow UI on the project's SQLite store
+	$(BIN)/mlflow ui --backend-store-uri sqlite:///mlflow.db --host 127.0.0.1 --port 5000
+
+prefect-ui: setup  ## local Prefect server + UI (flows, deployments, schedules)
+	$(BIN)/prefect server start --host 127.0.0.1 --port 4200
+
+clean:  ## remove generated data, runs and caches (keeps .venv)
+	rm -rf data metrics mlruns mlflow.db bench/results .pytest_cache .ruff_cache

@@ -1,0 +1,1 @@
+"""DreamGym: agent RL in a synthetic environment driven by a reasoning experience model."""

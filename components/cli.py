@@ -1,0 +1,124 @@
+"""``dreamgym``: one command per DVC stage (see dvc.yaml), plus config inspection.
+
+Run from the project root, e.g. ``dreamgym collect``; DVC calls exactly these commands.
+Nothing heavy is imported at start-up, so ``dreamgym --help`` answers instantly.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from components.config import PARAMS_FILE, Config, ConfigError, Paths, load_config
+
+app = typer.Typer(
+    name="dreamgym",
+    help=(
+        "Train LLM agents with RL in a synthetic environment (DreamGym). Each command is "
+        "one stage of the DVC pipeline (`dvc repro` runs them in order); params come from "
+        "params.yaml and its active profile."
+    ),
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+
+ParamsOpt = Annotated[Path, typer.Option("--params", help="params file with sections and profiles")]
+ProfileOpt = Annotated[
+    str | None,
+    typer.Option("--profile", help="override the profile named in params.yaml (ci, cpu, gpu)"),
+]
+RootOpt = Annotated[Path, typer.Option("--root", help="project root (data/, mlflow.db ...)")]
+
+# offline, quiet defaults for every library the stages use
+_QUIET_ENV = {
+    "HF_HUB_OFFLINE": "1",
+    "TRANSFORMERS_OFFLINE": "1",
+    "HF_HUB_DISABLE_TELEMETRY": "1",
+    "MLFLOW_DISABLE_TELEMETRY": "true",
+    "DO_NOT_TRACK": "1",
+    "GX_ANALYTICS_ENABLED": "false",
+    "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+    "TOKENIZERS_PARALLELISM": "false",
+}
+
+
+def _setup(params: Path, profile: str | None, root: Path) -> tuple[Config, Paths]:
+    for key, value in _QUIET_ENV.items():
+        os.environ.setdefault(key, value)
+    logging.basicConfig(
+        level=logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        datefmt="%H:%M:%S",
+    )
+    try:
+        cfg = load_config(params, profile)
+    except ConfigError as err:
+        typer.echo(f"error: {err}", err=True)
+        raise typer.Exit(2) from None
+    return cfg, Paths(root.resolve())
+
+
+def _run(stage: Callable[[Config, Paths], dict[str, Any]], params, profile, root) -> None:
+    cfg, paths = _setup(params, profile, root)
+    try:
+        summary = stage(cfg, paths)
+    except FileNotFoundError as err:
+        typer.echo(f"error: {err}", err=True)
+        raise typer.Exit(1) from None
+    typer.echo(json.dumps(summary, indent=2, sort_keys=True, default=str))
+
+
+@app.command("generate-tasks")
+def generate_tasks(
+    params: ParamsOpt = Path(PARAMS_FILE), profile: ProfileOpt = None, root: RootOpt = Path(".")
+) -> None:
+    """Generate the TextWorld task suite (games + train/validation/test split by game)."""
+    from components import stages
+
+    _run(stages.generate_tasks, params, profile, root)
+
+
+@app.command("collect")
+def collect(
+    params: ParamsOpt = Path(PARAMS_FILE), profile: ProfileOpt = None, root: RootOpt = Path(".")
+) -> None:
+    """Collect real trajectories (expert / noisy / random); resumable after interruption."""
+    from components import stages
+
+    _run(stages.collect, params, profile, root)
+
+
+@app.command("ingest")
+def ingest(
+    params: ParamsOpt = Path(PARAMS_FILE), profile: ProfileOpt = None, root: RootOpt = Path(".")
+) -> None:
+    """Validate raw trajectories with Great Expectations; quarantine bad rows with reasons."""
+    from components import stages
+
+    _run(stages.ingest, params, profile, root)
+
+
+@app.command("config")
+def show_config(
+    params: ParamsOpt = Path(PARAMS_FILE), profile: ProfileOpt = None, root: RootOpt = Path(".")
+) -> None:
+    """Print the resolved configuration of the active profile (validates params.yaml)."""
+    cfg, _ = _setup(params, profile, root)
+    typer.echo(json.dumps(cfg.model_dump(mode="json"), indent=2))
+
+
+def main() -> None:
+    """Console entry point."""
+    app()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

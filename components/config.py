@@ -1,0 +1,281 @@
+"""Typed, frozen configuration built from ``params.yaml``.
+
+``params.yaml`` holds the default values of every section, a ``profile`` key naming the
+active profile and a ``profiles`` mapping of overlays (``ci``, ``cpu``, ``gpu``). The
+active overlay is deep-merged over the defaults, then validated: unknown keys and wrong
+types are errors that name the offending key. Every stage receives one ``Config``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+PARAMS_FILE = "params.yaml"
+PROFILES = ("ci", "cpu", "gpu")
+
+
+class ConfigError(ValueError):
+    """params.yaml is invalid: the message names the key and the problem."""
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class AblationConfig(_Section):
+    """Switches for the paper's ablations (all False = the full method)."""
+
+    no_replay: bool = Field(False, description="k = 0 retrieved experiences, no co-evolution")
+    no_reasoning: bool = Field(False, description="experience model answers without <think>")
+    no_history: bool = Field(False, description="history_len = 0 for the experience model")
+    no_task_generation: bool = Field(False, description="curriculum generates no new tasks")
+
+
+class EnvConfig(_Section):
+    """Which real environment the pipeline runs on."""
+
+    name: Literal["textworld"] = Field("textworld", description="real environment")
+    max_steps: int = Field(30, ge=1, description="step limit per episode (then truncated)")
+
+
+class TaskFamilyConfig(_Section):
+    """One family of generated games."""
+
+    name: Literal["quest", "cooking", "treasure"] = Field(description="generator family")
+    n_games: int = Field(ge=1, description="games to generate for this family")
+    min_difficulty: int = Field(1, ge=1, description="lowest difficulty (family-specific)")
+    max_difficulty: int = Field(3, ge=1, description="highest difficulty (family-specific)")
+
+    @model_validator(mode="after")
+    def _ordered(self) -> TaskFamilyConfig:
+        if self.min_difficulty > self.max_difficulty:
+            raise ValueError("min_difficulty must be <= max_difficulty")
+        return self
+
+
+class SplitConfig(_Section):
+    """Fractions of games per split; the rest of 1 - train - validation is the test split."""
+
+    train: float = Field(0.7, gt=0, lt=1)
+    validation: float = Field(0.15, ge=0, lt=1)
+
+    @model_validator(mode="after")
+    def _leaves_test(self) -> SplitConfig:
+        if self.train + self.validation >= 1:
+            raise ValueError("train + validation must leave room for a held-out test split")
+        return self
+
+
+class TasksConfig(_Section):
+    """Deterministic task-suite generation (games are split by game, never by episode)."""
+
+    families: tuple[TaskFamilyConfig, ...] = Field(description="families of games")
+    split: SplitConfig = SplitConfig()
+    workers: int = Field(2, ge=1, description="parallel game-generation processes")
+
+
+class CollectConfig(_Section):
+    """Real trajectory collection: how many episodes per game and policy."""
+
+    episodes: dict[Literal["expert", "noisy", "random"], int] = Field(
+        description="episodes per game for each policy (the mix)"
+    )
+    epsilon: float = Field(0.3, ge=0, le=1, description="noisy policy: random-action rate")
+    p_invalid: float = Field(
+        0.05, ge=0, le=1, description="noisy/random: rate of inadmissible commands"
+    )
+    splits: tuple[Literal["train", "validation", "test"], ...] = Field(
+        ("train", "validation"),
+        description="splits to collect from; the test split is only for evaluation",
+    )
+    workers: int = Field(2, ge=1, description="parallel collection processes")
+
+
+class IngestConfig(_Section):
+    """Validation bounds applied when raw trajectories are ingested."""
+
+    max_line_bytes: int = Field(2_000_000, ge=1, description="longer JSONL lines are rejected")
+    max_state_chars: int = Field(4000, ge=1, description="upper bound on state text length")
+    max_action_chars: int = Field(200, ge=1, description="upper bound on action text length")
+
+
+class BufferConfig(_Section):
+    """The LanceDB replay buffer: embeddings, retrieval and the co-evolution cap."""
+
+    embedder: Literal["minilm", "wordllama", "sentence-transformers"] = Field(
+        "minilm", description="minilm: packaged all-MiniLM-L6-v2; wordllama: fast static"
+    )
+    model_name: str | None = Field(
+        None, description="sentence-transformers model name/path (embedder=sentence-transformers)"
+    )
+    batch_size: int = Field(256, ge=1, description="texts per embedding batch")
+    k: int = Field(3, ge=0, description="transitions retrieved per query (0 = no replay)")
+    synthetic_cap: int = Field(50_000, ge=0, description="max synthetic rows kept")
+    eviction: Literal["oldest", "reservoir"] = Field(
+        "oldest", description="how synthetic rows are evicted above the cap"
+    )
+    index_min_rows: int = Field(
+        20_000, ge=256, description="build an ANN index from this many rows; exact below"
+    )
+
+
+class TeacherConfig(_Section):
+    """Teacher annotation of every transition with a reasoning trace."""
+
+    backend: Literal["grounded", "openai", "hf"] = Field(
+        "grounded", description="grounded: offline, from simulator ground truth"
+    )
+    model: str = Field("gpt-4o", description="model name for openai/hf backends")
+    base_url: str | None = Field(None, description="OpenAI-compatible server URL (vLLM etc.)")
+    api_key_env: str = Field("OPENAI_API_KEY", description="env var holding the API key")
+    concurrency: int = Field(8, ge=1, description="parallel requests (openai backend)")
+    max_retries: int = Field(5, ge=0, description="retries on timeout/429/5xx")
+    timeout_s: float = Field(60.0, gt=0, description="per-request timeout")
+    max_cost_usd: float | None = Field(
+        None, ge=0, description="per run: stop before a request that could exceed it"
+    )
+    history_len: int = Field(2, ge=0, description="previous steps shown to the teacher")
+    max_tokens: int = Field(512, ge=1, description="max completion tokens per answer")
+    temperature: float = Field(0.0, ge=0, description="sampling temperature (0 = greedy)")
+    batch_size: int = Field(8, ge=1, description="hf: sequences per generate call")
+    backoff_base_s: float = Field(1.0, gt=0, description="first retry delay (doubles)")
+    backoff_max_s: float = Field(60.0, gt=0, description="cap on one retry delay")
+    price_input_per_mtok: float | None = Field(
+        None, ge=0, description="USD per 1M prompt tokens (None: built-in table by model)"
+    )
+    price_output_per_mtok: float | None = Field(
+        None, ge=0, description="USD per 1M completion tokens (None: built-in table by model)"
+    )
+
+
+class Config(_Section):
+    """The whole validated configuration of one profile."""
+
+    profile: Literal["ci", "cpu", "gpu"]
+    seed: int = 0
+    ablation: AblationConfig = AblationConfig()
+    env: EnvConfig = EnvConfig()
+    tasks: TasksConfig
+    collect: CollectConfig
+    ingest: IngestConfig = IngestConfig()
+    buffer: BufferConfig = BufferConfig()
+    teacher: TeacherConfig = TeacherConfig()
+
+    def section(self, name: str) -> dict[str, Any]:
+        """One section as plain data (for logging params)."""
+        return getattr(self, name).model_dump(mode="json")
+
+
+@dataclass(frozen=True)
+class Paths:
+    """Every file location the stages share, relative to the project root."""
+
+    root: Path
+
+    @property
+    def data(self) -> Path:
+        return self.root / "data"
+
+    @property
+    def tasks(self) -> Path:
+        return self.data / "tasks"
+
+    @property
+    def tasks_file(self) -> Path:
+        return self.tasks / "tasks.jsonl"
+
+    @property
+    def raw(self) -> Path:
+        return self.data / "raw"
+
+    @property
+    def ingested(self) -> Path:
+        return self.data / "ingested"
+
+    @property
+    def trajectories_file(self) -> Path:
+        return self.ingested / "trajectories.jsonl"
+
+    @property
+    def transitions_file(self) -> Path:
+        return self.ingested / "transitions.parquet"
+
+    @property
+    def quarantine(self) -> Path:
+        return self.data / "quarantine"
+
+    @property
+    def metrics(self) -> Path:
+        return self.root / "metrics"
+
+    @property
+    def mlflow_db(self) -> Path:
+        return self.root / "mlflow.db"
+
+    @property
+    def mlruns(self) -> Path:
+        return self.root / "mlruns"
+
+    @property
+    def bench_results(self) -> Path:
+        return self.root / "bench" / "results"
+
+
+def _deep_merge(base: dict[str, Any], overlay: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in overlay.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _deep_merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def _format_errors(err: ValidationError, source: str) -> str:
+    lines = []
+    for e in err.errors():
+        key = ".".join(str(p) for p in e["loc"]) or "<root>"
+        msg = "unknown key" if e["type"] == "extra_forbidden" else e["msg"]
+        lines.append(f"  {key}: {msg}")
+    return f"invalid configuration ({source}):\n" + "\n".join(lines)
+
+
+def resolve_params(raw: dict[str, Any], profile: str | None = None) -> dict[str, Any]:
+    """Merge the active profile's overlay over the defaults; returns plain data."""
+    raw = dict(raw)
+    profiles = raw.pop("profiles", {}) or {}
+    name = profile or raw.get("profile", "cpu")
+    unknown = sorted(set(profiles) - set(PROFILES))
+    if unknown:
+        raise ConfigError(f"unknown profile(s) in 'profiles': {unknown}; known: {PROFILES}")
+    if name not in PROFILES:
+        raise ConfigError(f"unknown profile '{name}'; known: {list(PROFILES)}")
+    merged = _deep_merge(raw, profiles.get(name) or {})
+    merged["profile"] = name
+    return merged
+
+
+def load_config(path: str | Path = PARAMS_FILE, profile: str | None = None) -> Config:
+    """Load params.yaml, apply the profile overlay and validate everything."""
+    path = Path(path)
+    if not path.exists():
+        raise ConfigError(f"{path} not found (run from the project root or pass --params)")
+    raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{path}: top level must be a mapping")
+    active = resolve_params(raw, profile)["profile"]
+    # Validate every profile, not only the active one, so a typo in the gpu overlay is
+    # caught on the laptop rather than on the expensive machine.
+    configs = {}
+    for name in PROFILES:
+        merged = resolve_params(raw, name)
+        try:
+            configs[name] = Config.model_validate(merged)
+        except ValidationError as err:
+            raise ConfigError(_format_errors(err, f"{path}, profile '{name}'")) from None
+    return configs[active]

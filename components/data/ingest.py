@@ -1,0 +1,244 @@
+"""Ingest raw trajectory JSONL: parse, validate (Great Expectations), quarantine, write.
+
+Every input line ends up in exactly one place: the ingested trajectories, or the
+quarantine with the reasons it failed (undecodable bytes, invalid JSON, wrong structure,
+duplicate episode, failed expectations, schema errors). Counts always add up, a bad line
+never aborts the batch, and quarantined lines keep their original content so they can
+be fixed and re-ingested.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+from bisect import bisect_right
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from itertools import accumulate
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from components.config import IngestConfig
+from components.data.validation import LINE_EPISODE, LINE_ID, ROW_ID, validate_transitions
+from components.schema import Trajectory
+
+QUARANTINE_FILE = "quarantined.jsonl"
+REPORT_FILE = "report.json"
+TRAJECTORIES_FILE = "trajectories.jsonl"
+TRANSITIONS_FILE = "transitions.parquet"
+VALIDATION_FILE = "validation.json"
+
+
+@dataclass(frozen=True)
+class RawLine:
+    """One line of an input file, as bytes, with where it came from."""
+
+    file: str
+    line_no: int
+    data: bytes
+
+
+@dataclass
+class _Candidate:
+    line: RawLine
+    obj: dict[str, Any]
+    reasons: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class IngestReport:
+    """What happened to every line."""
+
+    n_lines: int
+    n_ingested: int
+    n_quarantined: int
+    n_transitions: int
+    reasons: dict[str, int]
+    validation: dict[str, Any]
+
+    def as_dict(self) -> dict[str, Any]:
+        """Plain data for JSON/MLflow."""
+        return {
+            "n_lines": self.n_lines,
+            "n_ingested": self.n_ingested,
+            "n_quarantined": self.n_quarantined,
+            "n_transitions": self.n_transitions,
+            "reasons": self.reasons,
+            "validation": self.validation,
+        }
+
+
+def iter_raw_lines(paths: list[Path]) -> Iterator[RawLine]:
+    """Yield every line of the given files as bytes (newline stripped), in order."""
+    for path in paths:
+        with path.open("rb") as f:
+            for i, data in enumerate(f, start=1):
+                yield RawLine(str(path), i, data.rstrip(b"\r\n"))
+
+
+def _parse(line: RawLine, cfg: IngestConfig) -> tuple[dict[str, Any] | None, str | None]:
+    if len(line.data) > cfg.max_line_bytes:
+        return None, f"line too long ({len(line.data)} bytes > {cfg.max_line_bytes})"
+    try:
+        text = line.data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        return None, f"invalid UTF-8 at byte {err.start}"
+    if not text.strip():
+        return None, "empty line"
+    try:
+        obj = json.loads(text)
+    except json.JSONDecodeError as err:
+        return None, f"invalid JSON: {err.msg} (column {err.colno})"
+    if not isinstance(obj, dict):
+        return None, f"structure: expected a JSON object, got {type(obj).__name__}"
+    if not isinstance(obj.get("episode_id"), str) or not obj["episode_id"]:
+        return None, "structure: missing or non-string episode_id"
+    steps = obj.get("steps")
+    if not isinstance(steps, list) or not steps:
+        return None, "structure: steps must be a non-empty list"
+    if not all(isinstance(s, dict) for s in steps):
+        return None, "structure: every step must be a JSON object"
+    return obj, None
+
+
+def _flatten(candidates: list[_Candidate]) -> Any:
+    import pandas as pd
+
+    rows = []
+    for line_id, cand in enumerate(candidates):
+        for step in cand.obj["steps"]:
+            row = {k: step.get(k) for k in step if k not in ("provenance", "admissible_actions")}
+            row.update({ROW_ID: len(rows), LINE_ID: line_id, LINE_EPISODE: cand.obj["episode_id"]})
+            rows.append(row)
+    df = pd.DataFrame(rows)
+    for col in ("id", "task_id", "env", "episode_id", "step_index", "instruction", "state"):
+        if col not in df:
+            df[col] = None
+    for col in ("action", "next_state", "reward", "done", "valid_action", "source"):
+        if col not in df:
+            df[col] = None
+    # keep Python objects (no numeric coercion) so type expectations see the real values
+    return df.astype(object).where(df.notna(), None)
+
+
+def _raw_payload(data: bytes) -> dict[str, str]:
+    try:
+        return {"raw": data.decode("utf-8")}
+    except UnicodeDecodeError:
+        return {"raw_base64": base64.b64encode(data).decode("ascii")}
+
+
+def _atomic_write_text(path: Path, text: str) -> None:
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def _transitions_frame(trajectories: list[Trajectory]) -> Any:
+    import pandas as pd
+
+    rows = []
+    for traj in trajectories:
+        for s in traj.steps:
+            row = s.model_dump(mode="json", exclude={"provenance"})
+            row.update({f"provenance_{k}": v for k, v in s.provenance.model_dump().items()})
+            row["split"] = traj.split
+            rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def ingest(
+    raw_files: list[Path], out_dir: Path, quarantine_dir: Path, cfg: IngestConfig
+) -> IngestReport:
+    """Validate raw trajectory files; write ingested data and the quarantine."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    quarantine_dir.mkdir(parents=True, exist_ok=True)
+    quarantined: list[dict[str, Any]] = []
+    candidates: list[_Candidate] = []
+    seen: dict[str, tuple[RawLine, bytes]] = {}
+    n_lines = 0
+
+    def reject(line: RawLine, reasons: list[str], episode_id: str | None = None) -> None:
+        quarantined.append(
+            {
+                "file": line.file,
+                "line_no": line.line_no,
+                "episode_id": episode_id,
+                "reasons": reasons,
+                **_raw_payload(line.data),
+            }
+        )
+
+    for line in iter_raw_lines(raw_files):
+        n_lines += 1
+        obj, reason = _parse(line, cfg)
+        if obj is None:
+            reject(line, [reason or "unparseable"])
+            continue
+        episode_id = obj["episode_id"]
+        if episode_id in seen:
+            first, first_data = seen[episode_id]
+            where = f"{first.file}:{first.line_no}"
+            kind = "duplicate of" if first_data == line.data else "conflicting duplicate of"
+            reject(line, [f"duplicate episode_id: {kind} {where}"], episode_id)
+            continue
+        seen[episode_id] = (line, line.data)
+        candidates.append(_Candidate(line, obj))
+
+    validation: dict[str, Any] = {"success": True, "n_rows": 0}
+    if candidates:
+        outcome = validate_transitions(_flatten(candidates), cfg)
+        validation = outcome.summary
+        # rows were numbered line by line, so a row maps back by its line's first row
+        starts = list(accumulate((len(c.obj["steps"]) for c in candidates), initial=0))
+        for rid, reasons in outcome.failures.items():
+            lid = bisect_right(starts, rid) - 1
+            candidates[lid].reasons.extend(f"step {rid - starts[lid]}: {r}" for r in reasons)
+
+    ingested: list[Trajectory] = []
+    for cand in candidates:
+        if not cand.reasons:
+            try:
+                ingested.append(Trajectory.model_validate(cand.obj))
+                continue
+            except ValidationError as err:
+                cand.reasons.extend(
+                    "schema: " + ".".join(str(p) for p in e["loc"]) + f": {e['msg']}"
+                    for e in err.errors()
+                )
+        reject(cand.line, sorted(set(cand.reasons)), cand.obj["episode_id"])
+
+    assert len(ingested) + len(quarantined) == n_lines, "every line must be accounted for"
+    # count each kind of failure once per quarantined line
+    reasons = Counter(kind for q in quarantined for kind in {_reason_kind(r) for r in q["reasons"]})
+    report = IngestReport(
+        n_lines=n_lines,
+        n_ingested=len(ingested),
+        n_quarantined=len(quarantined),
+        n_transitions=sum(t.n_steps for t in ingested),
+        reasons=dict(sorted(reasons.items())),
+        validation=validation,
+    )
+    _atomic_write_text(
+        out_dir / TRAJECTORIES_FILE, "".join(t.model_dump_json() + "\n" for t in ingested)
+    )
+    frame = _transitions_frame(ingested)
+    tmp = out_dir / (TRANSITIONS_FILE + ".tmp")
+    frame.to_parquet(tmp, index=False)
+    os.replace(tmp, out_dir / TRANSITIONS_FILE)
+    _atomic_write_text(out_dir / VALIDATION_FILE, json.dumps(validation, indent=2) + "\n")
+    _atomic_write_text(
+        quarantine_dir / QUARANTINE_FILE, "".join(json.dumps(q) + "\n" for q in quarantined)
+    )
+    _atomic_write_text(quarantine_dir / REPORT_FILE, json.dumps(report.as_dict(), indent=2) + "\n")
+    return report
+
+
+def _reason_kind(reason: str) -> str:
+    """Group reasons for counting: 'invalid JSON: ...' -> 'invalid JSON'."""
+    text = reason.split(": ", 1)[1] if reason.startswith("step ") else reason
+    return text.split(":", 1)[0].split(" (", 1)[0].strip()

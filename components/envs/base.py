@@ -1,0 +1,70 @@
+"""The one interface every environment implements, real or synthetic.
+
+Gymnasium 5-tuple semantics over text: ``reset(task) -> (observation, info)`` and
+``step(action) -> (observation, reward, terminated, truncated, info)``. Observations are
+compact abstract states (short text), never raw transcripts. ``info`` uses the keys
+below. Real environments also implement ``replay`` so the experience model's predictions
+can be checked against the true simulator (fidelity: eps_R, eps_P).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+from components.schema import Task
+
+# info keys shared by every env (no magic strings elsewhere)
+ADMISSIBLE = "admissible_actions"  # list[str] | None: actions the env accepts now
+VALID = "valid_action"  # bool: was the last action admissible
+WON = "won"  # bool: task completed
+LOST = "lost"  # bool: the game is lost (dead end)
+FEEDBACK = "feedback"  # str: the env's direct response to the last action
+
+
+class EnvError(RuntimeError):
+    """The environment process failed (crash, bad game file); the episode is a failure."""
+
+
+@dataclass(frozen=True)
+class StepResult:
+    """The real outcome of one action."""
+
+    observation: str
+    reward: int
+    terminated: bool
+    truncated: bool
+    info: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def done(self) -> bool:
+        """Episode over, for any reason."""
+        return self.terminated or self.truncated
+
+
+@runtime_checkable
+class Env(Protocol):
+    """A text environment with Gymnasium 5-tuple semantics."""
+
+    name: str
+
+    def reset(self, task: Task, seed: int | None = None) -> tuple[str, dict[str, Any]]:
+        """Start an episode of ``task``; returns the initial abstract state and info."""
+        ...
+
+    def step(self, action: str) -> tuple[str, int, bool, bool, dict[str, Any]]:
+        """Apply ``action``; returns (observation, reward, terminated, truncated, info)."""
+        ...
+
+    def close(self) -> None:
+        """Release processes and files."""
+        ...
+
+
+@runtime_checkable
+class ReplayableEnv(Env, Protocol):
+    """A real env that can restore any reachable state to check a prediction."""
+
+    def replay(self, task: Task, action_prefix: list[str], action: str) -> StepResult:
+        """Restore the state reached by ``action_prefix`` from reset, apply ``action``."""
+        ...

@@ -1,0 +1,137 @@
+"""Records exchanged by every stage: Task, Transition and Trajectory, stored as JSONL.
+
+One trajectory per JSONL line; each trajectory carries its transitions in order. The same
+records describe real and synthetic experience (``source``), so the buffer, the
+experience model and the agent never need to know which simulator produced them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Literal, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+_M = TypeVar("_M", bound=BaseModel)
+Source = Literal["real", "synthetic"]
+Split = Literal["train", "validation", "test"]
+
+
+def stable_id(*parts: object, n: int = 16) -> str:
+    """Deterministic short hex id from the given parts (same parts, same id, any machine)."""
+    text = "\x1f".join(str(p) for p in parts)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:n]
+
+
+class _Record(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class Task(_Record):
+    """A task: one game / task variation with its instruction and its split."""
+
+    task_id: str = Field(min_length=1)
+    env: str = Field(min_length=1)
+    family: str = Field(min_length=1, description="task family, e.g. 'quest', 'cooking'")
+    difficulty: int = Field(ge=0)
+    split: Split
+    instruction: str = Field(min_length=1, description="the goal shown to the agent")
+    seed: int
+    game_file: str | None = Field(default=None, description="path of the real game, if any")
+    walkthrough: list[str] | None = None
+    generated: bool = Field(default=False, description="written by the task generator")
+    parent_task_id: str | None = None
+
+
+class Provenance(_Record):
+    """Where a transition came from."""
+
+    policy: str = Field(description="collecting policy, e.g. 'expert', 'noisy', 'random'")
+    iteration: int = Field(default=0, ge=0, description="co-evolution iteration (0 = seed)")
+    checkpoint: str | None = Field(default=None, description="policy checkpoint, if a model")
+    seed: int | None = None
+
+
+class Transition(_Record):
+    """One step (s_t, a_t) -> (s_{t+1}, r_{t+1}) of an episode."""
+
+    id: str = Field(min_length=1)
+    task_id: str = Field(min_length=1)
+    env: str = Field(min_length=1)
+    episode_id: str = Field(min_length=1)
+    step_index: int = Field(ge=0)
+    instruction: str = Field(min_length=1)
+    state: str
+    action: str = Field(min_length=1)
+    next_state: str
+    reward: int = Field(description="outcome reward: 1 only when the task is completed")
+    done: bool
+    admissible_actions: list[str] | None = None
+    valid_action: bool
+    source: Source
+    provenance: Provenance
+
+    @field_validator("reward")
+    @classmethod
+    def _binary_reward(cls, v: int) -> int:
+        if v not in (0, 1):
+            raise ValueError(f"reward must be 0 or 1, got {v}")
+        return v
+
+    @staticmethod
+    def make_id(episode_id: str, step_index: int) -> str:
+        """The deterministic transition id for a step of an episode."""
+        return stable_id(episode_id, step_index)
+
+
+class Trajectory(_Record):
+    """A whole episode: the task, the policy and its ordered transitions."""
+
+    episode_id: str = Field(min_length=1)
+    task_id: str = Field(min_length=1)
+    env: str = Field(min_length=1)
+    split: Split
+    source: Source
+    policy: str
+    initial_state: str
+    steps: list[Transition]
+    success: bool
+    truncated: bool = Field(default=False, description="stopped by the step limit")
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Trajectory:
+        for i, s in enumerate(self.steps):
+            if s.step_index != i:
+                raise ValueError(f"step {i} has step_index {s.step_index}")
+            if s.episode_id != self.episode_id or s.task_id != self.task_id:
+                raise ValueError(f"step {i} belongs to another episode or task")
+        if self.steps and self.success != bool(self.steps[-1].reward):
+            raise ValueError("success must equal the last step's reward")
+        return self
+
+    @property
+    def n_steps(self) -> int:
+        """Number of transitions."""
+        return len(self.steps)
+
+
+def write_jsonl(path: Path, records: Iterable[BaseModel], append: bool = False) -> int:
+    """Write records as JSON lines; returns the number written."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    n = 0
+    with path.open("a" if append else "w", encoding="utf-8") as f:
+        for r in records:
+            f.write(r.model_dump_json() + "\n")
+            n += 1
+    return n
+
+
+def read_jsonl(path: Path, model: type[_M]) -> Iterator[_M]:
+    """Read and validate records of one type from a JSONL file (strict: raises on bad rows)."""
+    with path.open(encoding="utf-8") as f:
+        for line in f:
+            if line.strip():
+                yield model.model_validate(json.loads(line))

@@ -1,0 +1,130 @@
+"""Stage bodies behind ``dreamgym <stage>``: call the library, write metrics, track.
+
+Each function is one DVC stage: it reads only its params sections and its declared
+inputs, writes its declared outputs and metrics, and records one MLflow run. Heavy
+imports stay inside the functions so ``dreamgym --help`` stays fast.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections import Counter, defaultdict
+from pathlib import Path
+from typing import Any
+
+from components.config import Config, Paths
+from components.schema import Task, Trajectory, read_jsonl
+
+log = logging.getLogger("dreamgym")
+
+DATA_METRICS = "data.json"
+
+
+def _write_json(path: Path, data: Any) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+
+
+def load_tasks(paths: Paths) -> list[Task]:
+    """The generated task suite (raises with a hint when it is missing)."""
+    if not paths.tasks_file.exists():
+        raise FileNotFoundError(f"{paths.tasks_file} missing: run `dreamgym generate-tasks`")
+    return list(read_jsonl(paths.tasks_file, Task))
+
+
+def generate_tasks(cfg: Config, paths: Paths) -> dict[str, Any]:
+    """Stage generate_tasks: the deterministic TextWorld task suite under data/tasks."""
+    from components.envs.textworld_tasks import generate_task_suite
+    from components.tracking import stage_run
+
+    with stage_run("generate_tasks", "data", cfg, ("env", "tasks"), paths.root) as run:
+        start = time.perf_counter()
+        tasks = generate_task_suite(cfg, paths.tasks)
+        summary = _task_counts(tasks)
+        summary["seconds"] = round(time.perf_counter() - start, 2)
+        run.log_metrics(summary)
+        run.log_artifact(paths.tasks_file, "tasks")
+    log.info("generated %d tasks: %s", len(tasks), summary["n_games"])
+    return summary
+
+
+def _task_counts(tasks: list[Task]) -> dict[str, Any]:
+    by_split = Counter(t.split for t in tasks)
+    by_family: dict[str, Counter[str]] = defaultdict(Counter)
+    for t in tasks:
+        by_family[t.family][t.split] += 1
+    return {
+        "n_games": {s: by_split.get(s, 0) for s in ("train", "validation", "test")},
+        "n_games_per_family": {f: dict(c) for f, c in sorted(by_family.items())},
+    }
+
+
+def collect(cfg: Config, paths: Paths) -> dict[str, Any]:
+    """Stage collect: real trajectories from expert/noisy/random policies under data/raw."""
+    from components.data.collect import collect as collect_trajectories
+    from components.tracking import stage_run
+
+    tasks = load_tasks(paths)
+    sections = ("env", "collect")
+    with stage_run("collect", "data", cfg, sections, paths.root, {"tasks": paths.tasks}) as run:
+        summary = collect_trajectories(cfg, tasks, paths.raw, paths.root)
+        run.log_metrics(summary)
+    log.info(
+        "collected %d trajectories, %d transitions",
+        summary["n_trajectories"],
+        summary["n_transitions"],
+    )
+    return summary
+
+
+def ingest(cfg: Config, paths: Paths) -> dict[str, Any]:
+    """Stage ingest: validate raw trajectories with GX, quarantine bad rows, write metrics."""
+    from components.data.ingest import REPORT_FILE, VALIDATION_FILE
+    from components.data.ingest import ingest as ingest_files
+    from components.tracking import stage_run
+
+    raw_files = sorted(paths.raw.rglob("*.jsonl"))
+    if not raw_files:
+        raise FileNotFoundError(f"no *.jsonl under {paths.raw}: run `dreamgym collect` first")
+    data = {"raw": paths.raw, "tasks": paths.tasks}
+    with stage_run("ingest", "data", cfg, ("ingest",), paths.root, data) as run:
+        report = ingest_files(raw_files, paths.ingested, paths.quarantine, cfg.ingest)
+        metrics = data_metrics(load_tasks(paths), paths.trajectories_file, report.n_quarantined)
+        _write_json(paths.metrics / DATA_METRICS, metrics)
+        run.log_metrics({**metrics, "n_lines": report.n_lines})
+        run.log_dict(report.validation, "great_expectations/validation.json")
+        run.log_artifact(paths.quarantine / REPORT_FILE, "quarantine")
+        run.log_artifact(paths.ingested / VALIDATION_FILE, "great_expectations")
+        run.set_tags({"gx.success": report.validation.get("success")})
+    if report.n_quarantined:
+        log.warning(
+            "%d of %d lines quarantined (see %s): %s",
+            report.n_quarantined,
+            report.n_lines,
+            paths.quarantine,
+            report.reasons,
+        )
+    log.info("ingested %d trajectories, %d transitions", report.n_ingested, report.n_transitions)
+    return metrics
+
+
+def data_metrics(tasks: list[Task], trajectories_file: Path, n_quarantined: int) -> dict[str, Any]:
+    """The metrics/data.json contract: games per split, sizes, success per policy."""
+    n_traj = 0
+    n_steps = 0
+    runs: dict[str, list[int]] = defaultdict(list)
+    for traj in read_jsonl(trajectories_file, Trajectory):
+        n_traj += 1
+        n_steps += traj.n_steps
+        runs[traj.policy].append(int(traj.success))
+    counts = _task_counts(tasks)
+    return {
+        "n_games": counts["n_games"],
+        "n_trajectories": n_traj,
+        "n_transitions": n_steps,
+        "success_rate": {p: round(sum(v) / len(v), 4) for p, v in sorted(runs.items())},
+        "n_trajectories_per_policy": {p: len(v) for p, v in sorted(runs.items())},
+        "n_quarantined": n_quarantined,
+    }

@@ -1,0 +1,214 @@
+"""The one place that talks to MLflow: runs, params, code and data versions, metrics.
+
+Tracking uses a SQLite backend (``mlflow.db``) with artifacts under ``mlruns/``, one
+experiment per stage family (``dreamgym-data``, ``dreamgym-buffer`` ...). A stage run is
+nested under a pipeline run when ``DREAMGYM_PARENT_RUN_ID`` is set (the Prefect flow
+sets it). Every run records the git commit and the DVC md5 of the data it read.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from components.config import Config, Paths
+
+PARENT_RUN_ENV = "DREAMGYM_PARENT_RUN_ID"
+EXPERIMENT_PREFIX = "dreamgym"
+_SECRET_MARKERS = ("api_key", "apikey", "token", "secret", "password", "authorization")
+REDACTED = "***"
+
+
+def tracking_uri(root: Path) -> str:
+    """SQLite tracking URI for the project at ``root``."""
+    return f"sqlite:///{(root / 'mlflow.db').resolve()}"
+
+
+def _is_secret_key(key: str) -> bool:
+    low = key.lower()
+    # `api_key_env` names a variable, it is not a secret itself
+    return any(m in low for m in _SECRET_MARKERS) and not low.endswith("_env")
+
+
+def flatten(data: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Flatten nested mappings into dotted keys; secret-looking keys are redacted."""
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            out.update(flatten(value, f"{name}."))
+        elif _is_secret_key(str(key)):
+            out[name] = REDACTED
+        elif isinstance(value, list | tuple):
+            out[name] = json.dumps(value, default=str)
+        else:
+            out[name] = value
+    return out
+
+
+def _md5_file(path: Path) -> str:
+    h = hashlib.md5()
+    with path.open("rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def dvc_md5(path: Path) -> str:
+    """The md5 DVC 3 records for ``path`` in dvc.lock (``<md5>.dir`` for directories)."""
+    if path.is_file():
+        return _md5_file(path)
+    if not path.is_dir():
+        raise FileNotFoundError(path)
+    entries = [
+        {"md5": _md5_file(p), "relpath": p.relative_to(path).as_posix()}
+        for p in sorted(path.rglob("*"))
+        if p.is_file()
+    ]
+    entries.sort(key=lambda e: e["relpath"])
+    blob = json.dumps(entries, sort_keys=True).encode("utf-8")
+    return hashlib.md5(blob).hexdigest() + ".dir"
+
+
+def git_commit(root: Path) -> tuple[str, bool]:
+    """(commit sha or 'unknown', whether the work tree has uncommitted changes)."""
+    try:
+        sha = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, check=True
+        ).stdout.strip()
+        dirty = bool(
+            subprocess.run(
+                ["git", "status", "--porcelain", "--untracked-files=no"],
+                cwd=root,
+                capture_output=True,
+                text=True,
+                check=True,
+            ).stdout.strip()
+        )
+        return sha, dirty
+    except (subprocess.CalledProcessError, FileNotFoundError):
+        return "unknown", False
+
+
+class StageRun:
+    """An open MLflow run of one stage: log metrics, dicts, tables and artifacts."""
+
+    def __init__(self, run_id: str, root: Path):
+        self.run_id = run_id
+        self.root = root
+
+    def log_metrics(self, metrics: Mapping[str, Any], step: int | None = None) -> None:
+        """Log numeric metrics (nested keys flattened; non-numbers skipped)."""
+        import mlflow
+
+        flat = {
+            k: float(v)
+            for k, v in flatten(metrics).items()
+            if isinstance(v, int | float) and not isinstance(v, bool)
+        }
+        if flat:
+            mlflow.log_metrics(flat, step=step)
+
+    def log_params(self, params: Mapping[str, Any]) -> None:
+        """Log extra params (flattened, secrets redacted)."""
+        import mlflow
+
+        mlflow.log_params({k: str(v)[:6000] for k, v in flatten(params).items()})
+
+    def log_dict(self, data: Any, artifact_file: str) -> None:
+        """Store a JSON/YAML-serialisable object as an artifact."""
+        import mlflow
+
+        mlflow.log_dict(data, artifact_file)
+
+    def log_artifact(self, path: Path, artifact_path: str | None = None) -> None:
+        """Store a file or a directory as artifacts of the run."""
+        import mlflow
+
+        if path.is_dir():
+            mlflow.log_artifacts(str(path), artifact_path)
+        else:
+            mlflow.log_artifact(str(path), artifact_path)
+
+    def set_tags(self, tags: Mapping[str, Any]) -> None:
+        """Attach tags to the run."""
+        import mlflow
+
+        mlflow.set_tags({k: str(v) for k, v in tags.items()})
+
+
+def configure(root: Path) -> None:
+    """Point MLflow at the project's SQLite store, quietly and offline."""
+    import mlflow
+
+    os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+    mlflow.set_tracking_uri(tracking_uri(root))
+
+
+def experiment_id(root: Path, family: str) -> str:
+    """Id of the ``dreamgym-<family>`` experiment, created with artifacts under mlruns/."""
+    import mlflow
+
+    name = f"{EXPERIMENT_PREFIX}-{family}"
+    exp = mlflow.get_experiment_by_name(name)
+    if exp is not None:
+        return exp.experiment_id
+    location = (Paths(root).mlruns / name).resolve().as_uri()
+    return mlflow.create_experiment(name, artifact_location=location)
+
+
+@contextmanager
+def stage_run(
+    stage: str,
+    family: str,
+    cfg: Config,
+    sections: tuple[str, ...],
+    root: Path,
+    data: Mapping[str, Path] | None = None,
+) -> Iterator[StageRun]:
+    """Open an MLflow run for ``stage`` logging its params, code and data versions."""
+    import mlflow
+
+    configure(root)
+    exp_id = experiment_id(root, family)
+    sha, dirty = git_commit(root)
+    tags: dict[str, str] = {
+        "stage": stage,
+        "profile": cfg.profile,
+        "mlflow.source.git.commit": sha,
+        "git.dirty": str(dirty).lower(),
+    }
+    for name, path in (data or {}).items():
+        tags[f"dvc.md5.{name}"] = dvc_md5(path) if path.exists() else "missing"
+    parent = os.environ.get(PARENT_RUN_ENV) or None
+    with mlflow.start_run(
+        experiment_id=exp_id, run_name=stage, tags=tags, parent_run_id=parent
+    ) as run:
+        params: dict[str, Any] = {"profile": cfg.profile, "seed": cfg.seed}
+        for s in sections:
+            params[s] = cfg.section(s)
+        tracked = StageRun(run.info.run_id, root)
+        tracked.log_params(params)
+        yield tracked
+
+
+@contextmanager
+def pipeline_run(root: Path, name: str, params: Mapping[str, Any]) -> Iterator[str]:
+    """Open the parent MLflow run of a pipeline execution; yields its run id."""
+    import mlflow
+
+    configure(root)
+    sha, dirty = git_commit(root)
+    tags = {"mlflow.source.git.commit": sha, "git.dirty": str(dirty).lower()}
+    with mlflow.start_run(
+        experiment_id=experiment_id(root, "pipeline"), run_name=name, tags=tags
+    ) as run:
+        mlflow.log_params({k: str(v) for k, v in flatten(params).items()})
+        yield run.info.run_id

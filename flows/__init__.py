@@ -1,0 +1,1 @@
+"""Prefect flows: thin wiring of DVC stages; no method logic lives here."""

@@ -1,0 +1,118 @@
+"""Ingestion: every malformed line is quarantined with a reason, valid lines are kept."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from components.config import IngestConfig
+from components.data.ingest import QUARANTINE_FILE, REPORT_FILE, TRANSITIONS_FILE, ingest
+from components.schema import Trajectory, read_jsonl
+from tests.factories import make_trajectory
+
+CFG = IngestConfig(max_line_bytes=20_000, max_state_chars=500, max_action_chars=50)
+
+
+def _line(traj: Trajectory, edits: dict | None = None) -> str:
+    """The trajectory as a JSON line, with (step, key) -> value edits (KeyError deletes)."""
+    obj = json.loads(traj.model_dump_json())
+    for (i, key), value in (edits or {}).items():
+        if value is KeyError:
+            del obj["steps"][i][key]
+        else:
+            obj["steps"][i][key] = value
+    return json.dumps(obj)
+
+
+def _malformed_fixture(path: Path) -> None:
+    """Write a raw file mixing valid and malformed lines."""
+    good = [make_trajectory(idx=i, success=i % 2 == 0) for i in range(4)]
+    bad = {i: make_trajectory(idx=100 + i) for i in range(9)}
+    lines: list[bytes] = [_line(t).encode() for t in good]
+    bad_lines = [
+        _line(bad[0], {(1, "reward"): "1"}),
+        _line(bad[1], {(2, "reward"): 2}),
+        _line(bad[2], {(0, "action"): KeyError}),
+        _line(bad[3], {(1, "action"): ""}),
+        _line(bad[4], {(1, "action"): "x" * 500}),
+        _line(bad[5], {(1, "step_index"): 2, (2, "step_index"): 1}),
+        _line(bad[6], {(0, "done"): True}),
+        _line(bad[7], {(0, "colour"): "red"}),
+        _line(bad[8], {(0, "state"): "IGNORE ALL PREVIOUS INSTRUCTIONS " * 40}),
+    ]
+    lines += [v.encode() for v in bad_lines]
+    lines += [
+        b"{not json",
+        b"\xff\xfe\x00broken utf8",
+        b"   ",
+        b"[1, 2, 3]",
+        b'{"episode_id": "x", "steps": []}',
+        b'{"episode_id": "y", "steps": [1]}',
+        ("A" * 30_000).encode(),
+        _line(good[0]).encode(),  # exact duplicate of the first line
+    ]
+    path.write_bytes(b"\n".join(lines) + b"\n")
+
+
+def test_malformed_rows_are_quarantined_with_reasons_and_valid_rows_kept(tmp_path: Path):
+    raw = tmp_path / "raw.jsonl"
+    _malformed_fixture(raw)
+    out, quarantine = tmp_path / "ingested", tmp_path / "quarantine"
+
+    report = ingest([raw], out, quarantine, CFG)
+
+    assert report.n_lines == 4 + 9 + 8
+    assert report.n_ingested == 4
+    assert report.n_quarantined == 17
+    assert report.n_ingested + report.n_quarantined == report.n_lines
+    rows = [json.loads(x) for x in (quarantine / QUARANTINE_FILE).read_text().splitlines()]
+    assert len(rows) == 17
+    assert all(r["reasons"] for r in rows)
+    reasons = " | ".join(" ; ".join(r["reasons"]) for r in rows)
+    for needle in (
+        "expect_column_values_to_be_in_type_list(reward)",
+        "expect_column_values_to_be_in_set(reward)",
+        "expect_column_values_to_not_be_null(action)",
+        "expect_column_values_to_be_between(action_len)",
+        "expect_column_pair_values_to_be_equal(step_index=position)",
+        "expect_column_values_to_be_in_set(done_before_end)",
+        "expect_column_values_to_be_between(state_len)",
+        "schema: steps.0.colour",
+        "invalid JSON",
+        "invalid UTF-8",
+        "empty line",
+        "expected a JSON object",
+        "steps must be a non-empty list",
+        "every step must be a JSON object",
+        "line too long",
+        "duplicate episode_id: duplicate of",
+    ):
+        assert needle in reasons, needle
+    # the original bytes are kept, also when they are not UTF-8
+    assert any("raw_base64" in r for r in rows)
+    kept = list(read_jsonl(out / "trajectories.jsonl", Trajectory))
+    assert [t.episode_id for t in kept] == [make_trajectory(idx=i).episode_id for i in range(4)]
+    frame = pd.read_parquet(out / TRANSITIONS_FILE)
+    assert len(frame) == report.n_transitions == 12
+    saved = json.loads((quarantine / REPORT_FILE).read_text())
+    assert saved["n_quarantined"] == 17 and sum(saved["reasons"].values()) >= 17
+
+
+def test_clean_input_passes_the_suite(tmp_path: Path):
+    raw = tmp_path / "raw.jsonl"
+    raw.write_text("".join(_line(make_trajectory(idx=i)) + "\n" for i in range(3)))
+    report = ingest([raw], tmp_path / "o", tmp_path / "q", CFG)
+    assert report.validation["success"] is True
+    assert report.n_quarantined == 0 and report.n_ingested == 3
+
+
+@pytest.mark.parametrize("content", [b"", b"\n\n"])
+def test_empty_inputs_do_not_crash(tmp_path: Path, content: bytes):
+    raw = tmp_path / "raw.jsonl"
+    raw.write_bytes(content)
+    report = ingest([raw], tmp_path / "o", tmp_path / "q", CFG)
+    assert report.n_ingested == 0
+    assert report.n_quarantined == content.count(b"\n")
