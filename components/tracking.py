@@ -189,7 +189,11 @@ def stage_run(
         tags[f"dvc.md5.{name}"] = dvc_md5(path) if path.exists() else "missing"
     parent = os.environ.get(PARENT_RUN_ENV) or None
     with mlflow.start_run(
-        experiment_id=exp_id, run_name=stage, tags=tags, parent_run_id=parent
+        experiment_id=exp_id,
+        run_name=stage,
+        tags=tags,
+        parent_run_id=parent,
+        nested=mlflow.active_run() is not None,  # in-process callers (flows, tests)
     ) as run:
         params: dict[str, Any] = {"profile": cfg.profile, "seed": cfg.seed}
         for s in sections:

@@ -1,0 +1,53 @@
+"""The CLI starts fast: no torch, trainers or other heavy libraries at import time."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+HEAVY = ("torch", "transformers", "trl", "mlflow", "great_expectations", "lancedb", "textworld")
+
+
+def test_help_imports_nothing_heavy():
+    code = (
+        "import sys, json\n"
+        "from typer.testing import CliRunner\n"
+        "from components.cli import app\n"
+        "r = CliRunner().invoke(app, ['--help'])\n"
+        "assert r.exit_code == 0, r.output\n"
+        f"print(json.dumps([m for m in {HEAVY!r} if m in sys.modules]))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True
+    )
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == []
+
+
+def test_every_dvc_stage_has_a_cli_command():
+    import yaml
+    from typer.testing import CliRunner
+
+    from components.cli import app
+
+    stages = yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"]
+    help_text = CliRunner().invoke(app, ["--help"]).output
+    for name, stage in stages.items():
+        command = stage["cmd"].split()[1]
+        assert command == name.replace("_", "-")
+        assert command in help_text
+
+
+def test_bad_params_exit_with_a_clear_message(tmp_path: Path):
+    bad = tmp_path / "params.yaml"
+    bad.write_text("profile: cpu\ncollect: {foo: 1}\n")
+    out = subprocess.run(
+        [sys.executable, "-m", "components.cli", "config", "--params", str(bad)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
+    assert out.returncode == 2
+    assert "collect.foo: unknown key" in out.stderr

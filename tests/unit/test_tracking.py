@@ -1,0 +1,55 @@
+"""Tracking: runs land in SQLite with params, code/data versions; secrets are redacted."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+from components.config import load_config
+from components.tracking import REDACTED, dvc_md5, flatten, pipeline_run, stage_run
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_flatten_redacts_secret_keys_but_not_env_var_names():
+    flat = flatten({"teacher": {"api_key": "sk-live", "api_key_env": "OPENAI_API_KEY"}})
+    assert flat["teacher.api_key"] == REDACTED
+    assert flat["teacher.api_key_env"] == "OPENAI_API_KEY"
+
+
+def test_dvc_md5_of_file_and_directory(tmp_path: Path):
+    (tmp_path / "d" / "sub").mkdir(parents=True)
+    (tmp_path / "d" / "a.txt").write_text("a")
+    (tmp_path / "d" / "sub" / "b.txt").write_text("b")
+    assert dvc_md5(tmp_path / "d" / "a.txt") == hashlib.md5(b"a").hexdigest()
+    entries = [
+        {"md5": hashlib.md5(b"a").hexdigest(), "relpath": "a.txt"},
+        {"md5": hashlib.md5(b"b").hexdigest(), "relpath": "sub/b.txt"},
+    ]
+    expected = hashlib.md5(json.dumps(entries, sort_keys=True).encode()).hexdigest() + ".dir"
+    assert dvc_md5(tmp_path / "d") == expected
+
+
+def test_stage_run_logs_params_versions_metrics_nested_under_pipeline(tmp_path, monkeypatch):
+    import mlflow
+
+    cfg = load_config(ROOT / "params.yaml", profile="ci")
+    data = tmp_path / "data.jsonl"
+    data.write_text("{}\n")
+    with pipeline_run(tmp_path, "pipeline", {"stages": ["ingest"]}) as parent_id:
+        monkeypatch.setenv("DREAMGYM_PARENT_RUN_ID", parent_id)
+        with stage_run("ingest", "data", cfg, ("ingest",), tmp_path, {"raw": data}) as run:
+            run.log_metrics({"n": 3, "nested": {"rate": 0.5}, "label": "x"})
+            run_id = run.run_id
+    run = mlflow.get_run(run_id)
+    assert mlflow.get_tracking_uri() == f"sqlite:///{tmp_path / 'mlflow.db'}"
+    assert run.data.params["ingest.max_action_chars"] == str(cfg.ingest.max_action_chars)
+    assert run.data.params["profile"] == "ci"
+    assert run.data.tags["dvc.md5.raw"] == hashlib.md5(b"{}\n").hexdigest()
+    assert run.data.tags["mlflow.parentRunId"] == parent_id
+    assert len(run.data.tags["mlflow.source.git.commit"]) in (40, len("unknown"))
+    assert run.data.metrics == {"n": 3.0, "nested.rate": 0.5}
+    exp = mlflow.get_experiment(run.info.experiment_id)
+    assert exp.name == "dreamgym-data"
+    assert exp.artifact_location.startswith((tmp_path / "mlruns").as_uri())
