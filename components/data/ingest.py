@@ -86,7 +86,7 @@ def _parse(line: RawLine, cfg: IngestConfig) -> tuple[dict[str, Any] | None, str
     try:
         text = line.data.decode("utf-8")
     except UnicodeDecodeError as err:
-        return None, f"invalid UTF-8 at byte {err.start}"
+        return None, f"invalid UTF-8 (at byte {err.start})"
     if not text.strip():
         return None, "empty line"
     try:

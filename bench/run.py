@@ -1,0 +1,30 @@
+"""`make bench`: run every benchmark in turn; each writes its JSON under bench/results/."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+import time
+
+BENCHMARKS = ("bench.cli", "bench.collection", "bench.buffer")
+
+
+def main(names: list[str]) -> int:
+    """Run the named benchmarks (default: all); returns a process exit code."""
+    failed = []
+    for name in names or BENCHMARKS:
+        start = time.perf_counter()
+        print(f"== {name}", flush=True)
+        try:
+            importlib.import_module(name).main()
+        except Exception as err:  # one broken benchmark must not hide the others' results
+            failed.append(name)
+            print(f"{name} failed: {err!r}", file=sys.stderr)
+        print(f"== {name}: {time.perf_counter() - start:.1f} s", flush=True)
+    if failed:
+        print(f"failed: {failed}", file=sys.stderr)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,28 @@
+"""Shared fixtures: offline/quiet environment and a session-wide Prefect test server."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+for _key, _value in {
+    "HF_HUB_OFFLINE": "1",
+    "TRANSFORMERS_OFFLINE": "1",
+    "MLFLOW_DISABLE_TELEMETRY": "true",
+    "DO_NOT_TRACK": "1",
+    "GX_ANALYTICS_ENABLED": "false",
+    "DVC_NO_ANALYTICS": "1",
+    "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+    "TOKENIZERS_PARALLELISM": "false",
+}.items():
+    os.environ.setdefault(_key, _value)
+
+
+@pytest.fixture(scope="session")
+def prefect_harness():
+    """A throwaway Prefect server for flow tests (started once, ~15 s)."""
+    from prefect.testing.utilities import prefect_test_harness
+
+    with prefect_test_harness(server_startup_timeout=90):
+        yield

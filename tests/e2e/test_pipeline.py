@@ -1,0 +1,117 @@
+"""End to end on the `ci` profile: the Prefect flow runs the DVC stages in a fresh copy.
+
+Real TextWorld games, real DVC (repro, lock, up-to-date check), real MLflow on SQLite,
+real Great Expectations and a real Prefect flow run (test harness server).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+pytestmark = [pytest.mark.e2e, pytest.mark.integration]
+
+
+def _sh(cmd: list[str], cwd: Path) -> str:
+    out = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True)
+    assert out.returncode == 0, f"{cmd} failed:\n{out.stdout}\n{out.stderr}"
+    return out.stdout + out.stderr
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory) -> Path:
+    """A fresh clone-like copy of the project (tracked + unignored files) on the ci profile."""
+    dest = tmp_path_factory.mktemp("project")
+    files = _sh(["git", "ls-files", "-co", "--exclude-standard"], ROOT).split("\n")
+    for rel in filter(None, files):
+        src = ROOT / rel
+        if src.is_file():
+            (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, dest / rel)
+    params = yaml.safe_load((dest / "params.yaml").read_text())
+    params["profile"] = "ci"
+    (dest / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    for cmd in (
+        ["git", "init", "-q"],
+        ["git", "add", "-A"],
+        ["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "init"],
+    ):
+        _sh(cmd, dest)
+    return dest
+
+
+@pytest.fixture(scope="module")
+def ran(project: Path, prefect_harness) -> Path:
+    """Run the whole pipeline once through the Prefect flow."""
+    from flows.pipeline import pipeline
+
+    old_path = os.environ["PATH"]
+    os.environ["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{old_path}"
+    try:
+        stages = pipeline(root=str(project))
+    finally:
+        os.environ["PATH"] = old_path
+    assert stages == list(yaml.safe_load((project / "dvc.yaml").read_text())["stages"])
+    return project
+
+
+def test_pipeline_produces_data_and_metrics(ran: Path):
+    metrics = json.loads((ran / "metrics" / "data.json").read_text())
+    assert metrics["n_trajectories"] > 0
+    assert metrics["n_transitions"] > metrics["n_trajectories"]
+    assert metrics["n_quarantined"] == 0
+    assert metrics["n_games"]["test"] >= 1
+    assert metrics["success_rate"]["expert"] == 1.0
+    assert metrics["success_rate"]["random"] < 1.0
+    tasks = [json.loads(x) for x in (ran / "data/tasks/tasks.jsonl").read_text().splitlines()]
+    test_ids = {t["task_id"] for t in tasks if t["split"] == "test"}
+    for line in (ran / "data/ingested/trajectories.jsonl").read_text().splitlines():
+        assert json.loads(line)["task_id"] not in test_ids, "held-out game used for training"
+
+
+def test_dvc_is_up_to_date_after_the_run(ran: Path):
+    out = _sh([sys.executable, "-m", "dvc", "status"], ran)
+    assert "up to date" in out, out
+    out = _sh([sys.executable, "-m", "dvc", "repro"], ran)
+    assert "didn't change, skipping" in out and "Running stage" not in out, out
+
+
+def test_mlflow_has_nested_stage_runs_with_versions(ran: Path):
+    import mlflow
+
+    from components.tracking import dvc_md5
+
+    mlflow.set_tracking_uri(f"sqlite:///{ran / 'mlflow.db'}")
+    runs = mlflow.search_runs(search_all_experiments=True, output_format="list")
+    by_name = {r.info.run_name: r for r in runs}
+    assert {"pipeline", "generate_tasks", "collect", "ingest"} <= set(by_name)
+    parent = by_name["pipeline"].info.run_id
+    ingest = by_name["ingest"]
+    assert ingest.data.tags["mlflow.parentRunId"] == parent
+    assert ingest.data.tags["gx.success"] == "True"
+    assert ingest.data.params["profile"] == "ci"
+    assert ingest.data.metrics["n_trajectories"] > 0
+    # the data version logged to MLflow is the md5 DVC locked for the same input
+    lock = yaml.safe_load((ran / "dvc.lock").read_text())
+    raw_md5 = next(d["md5"] for d in lock["stages"]["ingest"]["deps"] if d["path"] == "data/raw")
+    assert ingest.data.tags["dvc.md5.raw"] == raw_md5 == dvc_md5(ran / "data" / "raw")
+
+
+def test_bad_file_in_raw_is_quarantined_and_the_rest_kept(ran: Path):
+    before = json.loads((ran / "metrics" / "data.json").read_text())
+    (ran / "data" / "raw" / "zz-bad.jsonl").write_bytes(b'{"broken": \n\xff\xfe\n')
+    out = _sh([sys.executable, "-m", "dvc", "repro", "ingest"], ran)
+    assert "Running stage 'ingest'" in out
+    after = json.loads((ran / "metrics" / "data.json").read_text())
+    assert after["n_quarantined"] == 2
+    assert after["n_trajectories"] == before["n_trajectories"]
+    report = json.loads((ran / "data" / "quarantine" / "report.json").read_text())
+    assert report["reasons"] == {"invalid JSON": 1, "invalid UTF-8": 1}
