@@ -1,0 +1,1 @@
+"""The reasoning experience model: prompt format, strict parser, SFT, synthetic env."""
