@@ -134,7 +134,9 @@ class TeacherConfig(_Section):
     base_url: str | None = Field(None, description="OpenAI-compatible server URL (vLLM etc.)")
     api_key_env: str = Field("OPENAI_API_KEY", description="env var holding the API key")
     concurrency: int = Field(8, ge=1, description="parallel requests (openai backend)")
-    max_retries: int = Field(5, ge=0, description="retries on timeout/429/5xx")
+    max_retries: int = Field(
+        5, ge=0, description="retries on timeout/429/5xx/bad body/malformed answer"
+    )
     timeout_s: float = Field(60.0, gt=0, description="per-request timeout")
     max_cost_usd: float | None = Field(
         None, ge=0, description="per run: stop before a request that could exceed it"

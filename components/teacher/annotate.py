@@ -1,0 +1,274 @@
+"""Resumable annotation of real transitions with teacher reasoning traces.
+
+Output: an append-only JSONL keyed by transition id, one line per annotated transition,
+``{id, reasoning, backend, model, prompt_tokens, completion_tokens}``, flushed line by
+line. A run killed at any point (even ``kill -9``) resumes where it stopped: a torn last
+line (no trailing newline) is cut off, ids already present are skipped, nothing is
+duplicated. Failures go to a separate JSONL (``<out>.failures.jsonl``: id, error,
+attempts, excerpt of the bad answer) and are attempted again by the next run; items the
+budget did not allow are written nowhere and are done by the next run as well.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+from components.config import Config, TeacherConfig
+from components.schema import Trajectory
+from components.teacher.base import (
+    Annotation,
+    AnnotationRequest,
+    BudgetExhaustedError,
+    Teacher,
+    iter_requests,
+)
+
+log = logging.getLogger(__name__)
+
+ANNOTATION_KEYS = ("id", "reasoning", "backend", "model", "prompt_tokens", "completion_tokens")
+FAILURE_KEYS = (
+    "id",
+    "backend",
+    "model",
+    "error",
+    "attempts",
+    "raw",
+    "prompt_tokens",
+    "completion_tokens",
+    "cost_usd",
+)
+
+
+class AnnotationFileError(ValueError):
+    """An annotation file has a corrupt line that is not a torn tail."""
+
+
+def make_teacher(cfg: TeacherConfig) -> Teacher:
+    """The teacher backend named by ``cfg.backend``."""
+    if cfg.backend == "grounded":
+        from components.teacher.grounded import GroundedTeacher
+
+        return GroundedTeacher()
+    if cfg.backend == "openai":
+        from components.teacher.openai_teacher import OpenAITeacher
+
+        return OpenAITeacher(cfg)
+    from components.teacher.hf_teacher import HFTeacher
+
+    return HFTeacher(cfg)
+
+
+def failures_path_for(out_path: Path) -> Path:
+    """Default failures file next to the output: ``annotations.jsonl`` -> ``...failures.jsonl``."""
+    return out_path.with_name(out_path.stem + ".failures.jsonl")
+
+
+def _scan(path: Path, repair: bool) -> Iterator[dict[str, Any]]:
+    """Complete JSON lines of ``path``; a torn tail is cut off (repair) or ignored."""
+    if not path.exists():
+        return
+    offset = 0
+    torn_at: int | None = None
+    with path.open("rb") as f:
+        for lineno, line in enumerate(f, start=1):
+            if not line.endswith(b"\n"):
+                torn_at = offset  # the writer died mid-line: only ever the last line
+                break
+            offset += len(line)
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except ValueError:
+                raise AnnotationFileError(
+                    f"{path}:{lineno}: corrupt line (not a torn tail)"
+                ) from None
+            if not isinstance(row, dict) or not isinstance(row.get("id"), str):
+                raise AnnotationFileError(f"{path}:{lineno}: line has no string 'id'")
+            yield row
+    if torn_at is not None:
+        if repair:
+            log.warning("%s: dropping a torn last line (interrupted write)", path)
+            with path.open("r+b") as f:
+                f.truncate(torn_at)
+        else:
+            log.warning("%s: ignoring a torn last line", path)
+
+
+def iter_annotations(path: Path) -> Iterator[dict[str, Any]]:
+    """Annotation rows of a file, first occurrence of each id only (read-only)."""
+    seen: set[str] = set()
+    for row in _scan(Path(path), repair=False):
+        if row["id"] not in seen:
+            seen.add(row["id"])
+            yield row
+
+
+def load_annotations(path: Path) -> dict[str, str]:
+    """Transition id -> reasoning, for building the experience model's SFT targets."""
+    return {row["id"]: row["reasoning"] for row in iter_annotations(path)}
+
+
+@dataclass
+class _Tally:
+    """Counters of one annotate() run."""
+
+    annotated: int = 0
+    failed: int = 0
+    not_attempted: int = 0
+    skipped_existing: int = 0
+    duplicates: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cost_usd: float = 0.0
+
+
+def _write_line(f: IO[str], row: dict[str, Any]) -> None:
+    # One write + flush per line: a kill leaves at most one torn line, never a lost one.
+    f.write(json.dumps(row, ensure_ascii=False) + "\n")
+    f.flush()
+
+
+def _chunks(items: Iterable[AnnotationRequest], n: int) -> Iterator[list[AnnotationRequest]]:
+    chunk: list[AnnotationRequest] = []
+    for item in items:
+        chunk.append(item)
+        if len(chunk) >= n:
+            yield chunk
+            chunk = []
+    if chunk:
+        yield chunk
+
+
+def annotate(
+    cfg: Config,
+    trajectories: Iterable[Trajectory],
+    out_path: Path,
+    teacher: Teacher | None = None,
+    progress: bool = True,
+    *,
+    failures_path: Path | None = None,
+    resume: bool = True,
+) -> dict[str, Any]:
+    """Annotate every transition not yet in ``out_path``; returns the run's stats."""
+    from tqdm.auto import tqdm
+
+    start = time.monotonic()
+    out_path = Path(out_path)
+    failures_path = Path(failures_path) if failures_path else failures_path_for(out_path)
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    failures_path.parent.mkdir(parents=True, exist_ok=True)
+    if not resume:
+        out_path.unlink(missing_ok=True)
+        failures_path.unlink(missing_ok=True)
+    done: set[str] = set()
+    producers: set[tuple[str, str]] = set()
+    for row in _scan(out_path, repair=True):
+        done.add(row["id"])
+        producers.add((str(row.get("backend")), str(row.get("model"))))
+    n_existing = len(done)
+    for _ in _scan(failures_path, repair=True):
+        pass  # only repairs a torn tail before appending
+    own = teacher is None
+    teacher = teacher if teacher is not None else make_teacher(cfg.teacher)
+    others = producers - {(teacher.backend, teacher.model)}
+    if others:
+        # Kept, not redone: pass resume=False to re-annotate everything with this teacher.
+        log.warning("%s already holds annotations by other teachers: %s", out_path, others)
+    tally = _Tally()
+
+    def exhausted() -> bool:
+        return bool(getattr(teacher, "budget_exhausted", False))
+
+    total = sum(len(t.steps) for t in trajectories) if isinstance(trajectories, Sequence) else None
+
+    def todo() -> Iterator[AnnotationRequest]:
+        seen: set[str] = set()
+        for req in iter_requests(trajectories, cfg.teacher.history_len):
+            if req.id in seen:
+                tally.duplicates += 1
+                bar.update(1)
+            elif req.id in done:
+                tally.skipped_existing += 1
+                bar.update(1)
+            else:
+                seen.add(req.id)
+                yield req
+
+    try:
+        with (
+            out_path.open("a", encoding="utf-8") as out,
+            failures_path.open("a", encoding="utf-8") as fail,
+            tqdm(total=total, desc=f"annotate[{teacher.backend}]", disable=not progress) as bar,
+        ):
+            handled: set[str] = set()
+
+            def record(ann: Annotation) -> None:
+                if ann.id in handled:
+                    return
+                handled.add(ann.id)
+                tally.prompt_tokens += ann.prompt_tokens
+                tally.completion_tokens += ann.completion_tokens
+                tally.cost_usd += ann.cost_usd
+                if ann.status == "ok":
+                    _write_line(out, {k: getattr(ann, k) for k in ANNOTATION_KEYS})
+                    done.add(ann.id)
+                    tally.annotated += 1
+                elif ann.status == "failed":
+                    _write_line(fail, {k: getattr(ann, k) for k in FAILURE_KEYS})
+                    tally.failed += 1
+                else:
+                    tally.not_attempted += 1
+                bar.update(1)
+                bar.set_postfix(failed=tally.failed, usd=f"{tally.cost_usd:.4f}", refresh=False)
+
+            for chunk in _chunks(todo(), max(1, teacher.batch_size)):
+                for ann in teacher.annotate(chunk, on_result=record):
+                    record(ann)  # for teachers that ignore on_result; no double count
+                if exhausted():
+                    break
+    finally:
+        if own and hasattr(teacher, "close"):
+            teacher.close()
+    stats: dict[str, Any] = {
+        "backend": teacher.backend,
+        "model": teacher.model,
+        "n_annotated": tally.annotated,
+        "n_skipped_existing": tally.skipped_existing,
+        "n_failed": tally.failed,
+        "n_not_attempted": tally.not_attempted,
+        "n_duplicate_inputs": tally.duplicates,
+        "n_total_annotated": len(done),
+        "prompt_tokens": tally.prompt_tokens,
+        "completion_tokens": tally.completion_tokens,
+        "tokens": tally.prompt_tokens + tally.completion_tokens,
+        "cost_usd": round(tally.cost_usd, 8),
+        "seconds": round(time.monotonic() - start, 3),
+        "budget_exhausted": exhausted(),
+        "complete": not exhausted() and tally.failed == 0,
+        "out_path": str(out_path),
+        "failures_path": str(failures_path),
+    }
+    log.info(
+        "annotate: %d new (%d already there), %d failed, %d tokens, $%.4f in %.1fs",
+        tally.annotated,
+        n_existing,
+        tally.failed,
+        stats["tokens"],
+        tally.cost_usd,
+        stats["seconds"],
+    )
+    if exhausted():
+        raise BudgetExhaustedError(
+            f"teacher budget max_cost_usd={cfg.teacher.max_cost_usd} reached "
+            f"(spent ${tally.cost_usd:.4f} this run): {tally.annotated} transitions annotated, "
+            f"the rest left for the next run (it resumes from {out_path})",
+            stats,
+        )
+    return stats

@@ -1,0 +1,396 @@
+"""OpenAI-compatible teacher (GPT-4o, or any compatible server such as vLLM).
+
+The official client is used with ``max_retries=0``; this module owns the retry loop so
+that every attempt is budgeted and every failure is classified:
+timeouts, connection drops (truncated bodies), 408/409/429/5xx, non-JSON or truncated
+JSON bodies and malformed answers are retried with exponential backoff + jitter (429
+honours Retry-After); 400/422 fail the item; 401/403/404 stop the run (configuration).
+The API key is read from the environment variable named by the config and is redacted
+from every message, error, log line and result this module produces.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import json
+import logging
+import os
+import random
+import re
+import threading
+import time
+from collections.abc import Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass
+from typing import Any
+
+from components.config import TeacherConfig
+from components.teacher.base import (
+    Annotation,
+    AnnotationRequest,
+    MalformedAnswerError,
+    OnResult,
+    Status,
+    TeacherError,
+    excerpt,
+    parse_reasoning,
+)
+from components.teacher.prompt import build_messages
+
+log = logging.getLogger(__name__)
+
+# Public list prices, USD per 1M tokens (input, output). Longest matching prefix wins;
+# override with teacher.price_input_per_mtok / price_output_per_mtok.
+PRICES_PER_MTOK: dict[str, tuple[float, float]] = {
+    "gpt-4o": (2.50, 10.00),
+    "gpt-4o-2024-05-13": (5.00, 15.00),
+    "gpt-4o-mini": (0.15, 0.60),
+    "gpt-4.1": (2.00, 8.00),
+    "gpt-4.1-mini": (0.40, 1.60),
+    "gpt-4.1-nano": (0.10, 0.40),
+}
+MAX_RETRY_AFTER_S = 600.0
+RETRY_TEMPERATURE = 0.7  # re-sample a malformed answer: a greedy retry would repeat it
+_RETRY_STATUS = frozenset({408, 409, 429})
+_FATAL_STATUS = frozenset({401, 403, 404})
+_BEARER = re.compile(r"(?i)(bearer\s+)[^\s\"',}]+")
+_SK = re.compile(r"\bsk-[A-Za-z0-9_\-]{6,}")
+REDACTED = "***"
+
+
+@dataclass(frozen=True)
+class Price:
+    """USD per 1M prompt / completion tokens."""
+
+    input_per_mtok: float
+    output_per_mtok: float
+
+    def cost(self, prompt_tokens: int, completion_tokens: int) -> float:
+        """USD for this many tokens."""
+        usd_per_mtok = prompt_tokens * self.input_per_mtok
+        usd_per_mtok += completion_tokens * self.output_per_mtok
+        return usd_per_mtok / 1e6
+
+
+def resolve_price(cfg: TeacherConfig) -> Price | None:
+    """The config's price override, else the table's longest prefix match, else None."""
+    table_hit = None
+    for prefix in sorted(PRICES_PER_MTOK, key=len, reverse=True):
+        if cfg.model == prefix or cfg.model.startswith(prefix + "-"):
+            table_hit = PRICES_PER_MTOK[prefix]
+            break
+    p_in = cfg.price_input_per_mtok
+    p_out = cfg.price_output_per_mtok
+    if p_in is None and p_out is None and table_hit is None:
+        return None
+    return Price(
+        p_in if p_in is not None else (table_hit[0] if table_hit else 0.0),
+        p_out if p_out is not None else (table_hit[1] if table_hit else 0.0),
+    )
+
+
+def estimate_prompt_tokens(messages: Sequence[dict[str, str]]) -> int:
+    """Upper-bound guess of prompt tokens (English is ~4 chars/token; 3 leaves a margin)."""
+    return sum(len(m["content"]) // 3 + 8 for m in messages) + 8
+
+
+class Redactor:
+    """Removes secrets (the key, any bearer token, sk-... strings) from text."""
+
+    def __init__(self, *secrets: str) -> None:
+        self._secrets = tuple(s for s in secrets if s and len(s) >= 4)
+
+    def __call__(self, text: object) -> str:
+        """Redacted string form of ``text``."""
+        out = str(text)
+        for s in self._secrets:
+            out = out.replace(s, REDACTED)
+        out = _BEARER.sub(lambda m: m.group(1) + REDACTED, out)
+        return _SK.sub(REDACTED, out)
+
+    def __repr__(self) -> str:
+        return f"Redactor({len(self._secrets)} secret(s))"
+
+
+class CostMeter:
+    """Thread-safe spend tracking with reservations, so concurrency never overshoots."""
+
+    def __init__(self, limit_usd: float | None) -> None:
+        self.limit_usd = limit_usd
+        self.spent_usd = 0.0
+        self._reserved = 0.0
+        self._exhausted = False
+        self._lock = threading.Lock()
+
+    @property
+    def exhausted(self) -> bool:
+        """True once a request was refused for lack of budget (sticky)."""
+        return self._exhausted
+
+    def reserve(self, worst_case_usd: float) -> bool:
+        """Hold the worst-case cost of one request; False (and exhausted) if it won't fit."""
+        with self._lock:
+            if self._exhausted:
+                return False
+            if (
+                self.limit_usd is not None
+                and self.spent_usd + self._reserved + worst_case_usd > self.limit_usd
+            ):
+                self._exhausted = True
+                return False
+            self._reserved += worst_case_usd
+            return True
+
+    def settle(self, reserved_usd: float, actual_usd: float) -> None:
+        """Replace a reservation by the actual cost (0 when nothing was billed)."""
+        with self._lock:
+            self._reserved = max(0.0, self._reserved - reserved_usd)
+            self.spent_usd += actual_usd
+
+
+class _BadBody(ValueError):
+    """A 200 response whose body is not a usable chat completion."""
+
+
+def _parse_completion(text: str) -> tuple[str, str | None, dict[str, Any] | None]:
+    """(content, finish_reason, usage) from a chat-completion JSON body."""
+    try:
+        data = json.loads(text)
+    except ValueError:
+        raise _BadBody(f"body is not JSON ({len(text)} bytes)") from None
+    try:
+        choice = data["choices"][0]
+        content = choice["message"]["content"]
+    except (KeyError, IndexError, TypeError):
+        raise _BadBody("body is JSON but not a chat completion") from None
+    if not isinstance(content, str):
+        raise _BadBody("completion has no text content")
+    usage = data.get("usage") if isinstance(data.get("usage"), dict) else None
+    return content, choice.get("finish_reason"), usage
+
+
+def _retry_after_s(headers: Any) -> float | None:
+    """Seconds from Retry-After-Ms / Retry-After (seconds or HTTP date), if any."""
+    if headers is None:
+        return None
+    ms = headers.get("retry-after-ms")
+    if ms:
+        try:
+            return max(0.0, float(ms) / 1000)
+        except ValueError:
+            pass
+    value = headers.get("retry-after")
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        try:
+            when = email.utils.parsedate_to_datetime(value)
+        except (TypeError, ValueError):
+            return None
+        return max(0.0, when.timestamp() - time.time())
+
+
+class OpenAITeacher:
+    """Teacher calling ``/v1/chat/completions`` of OpenAI or a compatible server."""
+
+    backend = "openai"
+
+    def __init__(self, cfg: TeacherConfig, *, rng: random.Random | None = None) -> None:
+        import openai  # only this module talks to the API
+
+        key = os.environ.get(cfg.api_key_env, "")
+        if not key:
+            if cfg.base_url is None:
+                raise TeacherError(
+                    f"teacher.backend=openai needs an API key in the environment variable "
+                    f"{cfg.api_key_env} (or set teacher.base_url for a local server)"
+                )
+            key = "EMPTY"  # local OpenAI-compatible servers usually accept any key
+        self.cfg = cfg
+        self.model = cfg.model
+        self.batch_size = max(1, cfg.concurrency * 2)
+        self.price = resolve_price(cfg)
+        if cfg.max_cost_usd is not None and self.price is None:
+            raise TeacherError(
+                f"teacher.max_cost_usd is set but no price is known for model {cfg.model!r}: "
+                "set teacher.price_input_per_mtok and teacher.price_output_per_mtok"
+            )
+        self.meter = CostMeter(cfg.max_cost_usd)
+        self._redact = Redactor(key)
+        self._rng = rng or random.Random()
+        self._rng_lock = threading.Lock()
+        self._errors = openai
+        self._client = openai.OpenAI(
+            api_key=key, base_url=cfg.base_url, timeout=cfg.timeout_s, max_retries=0
+        )
+
+    @property
+    def budget_exhausted(self) -> bool:
+        """True once the cost budget refused a request."""
+        return self.meter.exhausted
+
+    @property
+    def spent_usd(self) -> float:
+        """Total billed cost of this teacher so far."""
+        return self.meter.spent_usd
+
+    def __repr__(self) -> str:
+        return (
+            f"OpenAITeacher(model={self.model!r}, base_url={self.cfg.base_url!r}, "
+            f"concurrency={self.cfg.concurrency})"
+        )
+
+    def close(self) -> None:
+        """Close the HTTP client."""
+        self._client.close()
+
+    def annotate(
+        self, batch: Sequence[AnnotationRequest], on_result: OnResult | None = None
+    ) -> list[Annotation]:
+        """Annotate concurrently (cfg.concurrency); results in input order."""
+        results: list[Annotation | None] = [None] * len(batch)
+        stop = threading.Event()
+        pool = ThreadPoolExecutor(max_workers=max(1, min(self.cfg.concurrency, len(batch))))
+        futures: dict[Future[Annotation], int] = {
+            pool.submit(self._annotate_one, req, stop): i for i, req in enumerate(batch)
+        }
+        try:
+            pending = set(futures)
+            while pending:
+                done, pending = wait(pending, return_when=FIRST_COMPLETED)
+                for fut in done:
+                    ann = fut.result()  # TeacherError (fatal) propagates
+                    results[futures[fut]] = ann
+                    if on_result is not None:
+                        on_result(ann)  # called from this thread only: writers need no lock
+        except BaseException:
+            stop.set()  # waiting workers return at once; in-flight calls end by timeout
+            for fut in futures:
+                fut.cancel()
+            raise
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)
+        return [r for r in results if r is not None]
+
+    # -- one request with retries ---------------------------------------------------------
+
+    def _backoff(self, attempt: int) -> float:
+        cap = min(self.cfg.backoff_max_s, self.cfg.backoff_base_s * 2**attempt)
+        with self._rng_lock:  # "equal jitter": at least half the step, spread over the rest
+            return cap / 2 + self._rng.uniform(0, cap / 2)
+
+    def _annotate_one(self, req: AnnotationRequest, stop: threading.Event) -> Annotation:
+        cfg = self.cfg
+        messages = build_messages(req)
+        worst_prompt = estimate_prompt_tokens(messages)
+        tokens = [0, 0]  # prompt, completion over all attempts
+        cost = 0.0
+        error = "no attempt made"
+        raw: str | None = None
+
+        def result(status: Status, reasoning: str | None = None, attempts: int = 0) -> Annotation:
+            return Annotation(
+                id=req.id,
+                status=status,
+                reasoning=reasoning,
+                backend=self.backend,
+                model=self.model,
+                prompt_tokens=tokens[0],
+                completion_tokens=tokens[1],
+                cost_usd=cost,
+                attempts=attempts,
+                error=None if status == "ok" else self._redact(error),
+                raw=None if raw is None else self._redact(excerpt(raw)),
+            )
+
+        attempts = 0
+        temperature = cfg.temperature
+        for attempt in range(cfg.max_retries + 1):
+            if stop.is_set():
+                error = "stopped"
+                return result("skipped", attempts=attempts)
+            worst = self.price.cost(worst_prompt, cfg.max_tokens) if self.price else 0.0
+            if not self.meter.reserve(worst):
+                error = (
+                    f"budget exhausted: max_cost_usd={cfg.max_cost_usd} "
+                    f"(spent {self.meter.spent_usd:.6f})"
+                )
+                return result("skipped", attempts=attempts)
+            attempts += 1
+            billed = 0.0
+            delay: float | None = None
+            try:
+                content, finish, usage = self._call(messages, temperature)
+                p_tok = int((usage or {}).get("prompt_tokens") or worst_prompt)
+                c_tok = int((usage or {}).get("completion_tokens") or len(content) // 3 + 1)
+                tokens[0] += p_tok
+                tokens[1] += c_tok
+                billed = self.price.cost(p_tok, c_tok) if self.price else 0.0
+                cost += billed
+                raw = content
+                if finish == "length":
+                    raise MalformedAnswerError(f"answer cut at max_tokens={cfg.max_tokens}")
+                reasoning = parse_reasoning(content)
+                return result("ok", reasoning, attempts)
+            except MalformedAnswerError as e:
+                error = f"malformed answer: {e}"
+                delay = 0.0  # a fresh sample, no reason to wait
+                temperature = max(cfg.temperature, RETRY_TEMPERATURE)
+            except self._errors.APITimeoutError:
+                error = f"timeout after {cfg.timeout_s}s"
+            except self._errors.APIConnectionError as e:
+                error = f"connection error: {self._redact(e)}"
+            except self._errors.APIStatusError as e:
+                code = e.status_code
+                error = f"HTTP {code}: {self._redact(e.message)}"
+                if code in _FATAL_STATUS:
+                    # Authentication / permission / unknown model: every request would fail,
+                    # so stop the sibling workers before they send anything else.
+                    stop.set()
+                    raise TeacherError(f"teacher request refused, {error}") from None
+                if code not in _RETRY_STATUS and code < 500:
+                    return result("failed", attempts=attempts)
+                after = _retry_after_s(e.response.headers) if code == 429 else None
+                if after is not None:
+                    delay = min(after, MAX_RETRY_AFTER_S) + self._backoff(0) * 0.1
+            except _BadBody as e:
+                error = f"bad response body: {e}"
+            except self._errors.OpenAIError as e:  # anything else the client raises
+                error = f"{type(e).__name__}: {self._redact(e)}"
+                return result("failed", attempts=attempts)
+            finally:
+                self.meter.settle(worst, billed)
+            if attempt == cfg.max_retries:
+                break
+            if delay is None:
+                delay = self._backoff(attempt)
+            log.warning(
+                "teacher request %s failed (%s); retry %d/%d in %.2fs",
+                req.id,
+                self._redact(error),
+                attempt + 1,
+                cfg.max_retries,
+                delay,
+            )
+            if delay > 0 and stop.wait(delay):
+                error = "stopped"
+                return result("skipped", attempts=attempts)
+        return result("failed", attempts=attempts)
+
+    def _call(
+        self, messages: list[dict[str, str]], temperature: float
+    ) -> tuple[str, str | None, dict | None]:
+        """One HTTP attempt; the body is parsed here, strictly, not by the client."""
+        resp = self._client.chat.completions.with_raw_response.create(
+            model=self.model,
+            messages=messages,  # type: ignore[arg-type]
+            max_tokens=self.cfg.max_tokens,
+            temperature=temperature,
+        )
+        try:
+            text = resp.http_response.text
+        except Exception as e:  # a body that dies while being read
+            raise _BadBody(f"unreadable body: {type(e).__name__}") from None
+        return _parse_completion(text)

@@ -1,0 +1,134 @@
+"""Fixtures for the teacher tests: records, configs and the fake OpenAI server."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from components.config import Config, TeacherConfig, load_config
+from components.schema import Provenance, Trajectory, Transition, stable_id
+from tests.fakes.openai_server import FakeOpenAIServer
+
+ROOT = Path(__file__).resolve().parents[2]
+SENTINEL_KEY = "sk-SENTINEL-teacher-key-0123456789abcdef"
+KEY_ENV = "DREAMGYM_TEST_TEACHER_KEY"
+INSTRUCTION = "Find the golden key and put it in the chest in the bedroom."
+
+
+def make_transition(
+    state: str,
+    action: str,
+    next_state: str,
+    *,
+    reward: int = 0,
+    done: bool = False,
+    valid: bool = True,
+    admissible: list[str] | None = None,
+    step_index: int = 0,
+    episode_id: str = "ep-0",
+    instruction: str = INSTRUCTION,
+) -> Transition:
+    """One TextWorld-like transition."""
+    return Transition(
+        id=Transition.make_id(episode_id, step_index),
+        task_id="tw-quest-0",
+        env="textworld",
+        episode_id=episode_id,
+        step_index=step_index,
+        instruction=instruction,
+        state=state,
+        action=action,
+        next_state=next_state,
+        reward=reward,
+        done=done,
+        admissible_actions=admissible,
+        valid_action=valid,
+        source="real",
+        provenance=Provenance(policy="expert"),
+    )
+
+
+def make_trajectories(n: int = 3, steps: int = 4) -> list[Trajectory]:
+    """``n`` consistent successful episodes of ``steps`` steps, distinct actions."""
+    out = []
+    for e in range(n):
+        episode_id = stable_id("teacher-test", e)
+        states = [
+            f"Location: Room {i}\nA plain room.\nInventory: item {e}-{i}\nFeedback: step {i}"
+            for i in range(steps + 1)
+        ]
+        transitions = [
+            make_transition(
+                states[i],
+                f"go east {e}-{i}",
+                states[i + 1],
+                reward=int(i == steps - 1),
+                done=i == steps - 1,
+                step_index=i,
+                episode_id=episode_id,
+            )
+            for i in range(steps)
+        ]
+        out.append(
+            Trajectory(
+                episode_id=episode_id,
+                task_id="tw-quest-0",
+                env="textworld",
+                split="train",
+                source="real",
+                policy="expert",
+                initial_state=states[0],
+                steps=transitions,
+                success=True,
+            )
+        )
+    return out
+
+
+def make_config(**teacher: Any) -> Config:
+    """The ci profile's config with the given teacher settings."""
+    base = load_config(ROOT / "params.yaml", profile="ci")
+    return base.model_copy(update={"teacher": TeacherConfig(**teacher)})
+
+
+def openai_teacher_config(base_url: str, **overrides: Any) -> TeacherConfig:
+    """An openai-backend config with test-sized timeouts and backoffs."""
+    settings: dict[str, Any] = {
+        "backend": "openai",
+        "model": "gpt-4o",
+        "base_url": base_url,
+        "api_key_env": KEY_ENV,
+        "concurrency": 4,
+        "max_retries": 2,
+        "timeout_s": 0.5,
+        "backoff_base_s": 0.01,
+        "backoff_max_s": 0.05,
+        "max_tokens": 64,
+    }
+    settings.update(overrides)
+    return TeacherConfig(**settings)
+
+
+@pytest.fixture
+def api_key(monkeypatch: pytest.MonkeyPatch) -> str:
+    """The sentinel API key, exported in the teacher's key variable."""
+    monkeypatch.setenv(KEY_ENV, SENTINEL_KEY)
+    return SENTINEL_KEY
+
+
+@pytest.fixture
+def fake_openai() -> Iterator[Callable[..., FakeOpenAIServer]]:
+    """Factory of started fake servers (FakeOpenAIServer kwargs); all stopped at teardown."""
+    servers: list[FakeOpenAIServer] = []
+
+    def start(**kwargs: Any) -> FakeOpenAIServer:
+        srv = FakeOpenAIServer(**kwargs).start()
+        servers.append(srv)
+        return srv
+
+    yield start
+    for srv in servers:
+        srv.stop()
