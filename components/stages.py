@@ -41,7 +41,7 @@ def generate_tasks(cfg: Config, paths: Paths) -> dict[str, Any]:
 
     with stage_run("generate_tasks", "data", cfg, ("env", "tasks"), paths.root) as run:
         start = time.perf_counter()
-        tasks = generate_task_suite(cfg, paths.tasks)
+        tasks = generate_task_suite(cfg, paths.tasks, root=paths.root)
         summary = _task_counts(tasks)
         summary["seconds"] = round(time.perf_counter() - start, 2)
         run.log_metrics(summary)

@@ -1,0 +1,326 @@
+"""Collect real TextWorld trajectories with expert / noisy / random policies, resumably.
+
+The plan is ``cfg.collect.episodes[policy]`` episodes per game of the splits in
+``cfg.collect.splits`` (the test split only if configured). Episode ids and seeds are
+pure functions of (task, policy, episode index, seed, the policy's parameters, the step
+limit), so a rerun plans the same episodes.
+
+Output: ``out_dir/<task_id>.jsonl``, one Trajectory per line, each line flushed as soon
+as its episode ends; one game is written by one process at a time. Resuming after a
+crash (even ``kill -9``) drops a torn last line, keeps finished episodes, drops records
+that are not in the current plan (logged), and runs only what is missing: no episode is
+lost or written twice.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import logging
+import os
+import time
+from collections import Counter, defaultdict
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from components.config import Config
+from components.data.policies import POLICIES, ExpertEnv, behaviour_key, make_policy
+from components.envs.base import ADMISSIBLE, VALID, EnvError
+from components.envs.textworld_tasks import exit_with_parent
+from components.schema import Provenance, Task, Trajectory, Transition, stable_id
+
+log = logging.getLogger(__name__)
+
+SOURCE = "real"
+ENV_RETRIES = 1  # an episode whose env fails is retried once on a fresh engine, then skipped
+
+
+@dataclass(frozen=True)
+class EpisodePlan:
+    """One planned episode."""
+
+    episode_id: str
+    task_id: str
+    policy: str
+    index: int
+    seed: int
+
+
+def plan_episodes(cfg: Config, tasks: list[Task]) -> list[EpisodePlan]:
+    """Every episode to collect, in a deterministic order (never the unlisted splits)."""
+    c = cfg.collect
+    plans = []
+    for task in sorted(tasks, key=lambda t: t.task_id):
+        if task.split not in c.splits:
+            continue
+        for policy in POLICIES:
+            key = behaviour_key(policy, c.epsilon, c.p_invalid)
+            for i in range(c.episodes.get(policy, 0)):
+                eid = stable_id(
+                    "episode", task.task_id, policy, i, cfg.seed, *key, cfg.env.max_steps
+                )
+                seed = int(stable_id("episode-seed", eid), 16) % (2**31 - 1)
+                plans.append(EpisodePlan(eid, task.task_id, policy, i, seed))
+    return plans
+
+
+def run_episode(
+    env: ExpertEnv, task: Task, plan: EpisodePlan, epsilon: float, p_invalid: float
+) -> Trajectory:
+    """Play one episode of ``task`` with the planned policy; returns its trajectory."""
+    policy = make_policy(plan.policy, plan.seed, epsilon, p_invalid)
+    provenance = Provenance(policy=plan.policy, iteration=0, seed=plan.seed)
+    obs, info = env.reset(task, seed=plan.seed)
+    initial, steps = obs, []
+    terminated = truncated = False
+    while not (terminated or truncated):
+        action = policy.act(info, env)
+        next_obs, reward, terminated, truncated, next_info = env.step(action)
+        i = len(steps)
+        steps.append(
+            Transition(
+                id=Transition.make_id(plan.episode_id, i),
+                task_id=task.task_id,
+                env=task.env,
+                episode_id=plan.episode_id,
+                step_index=i,
+                instruction=task.instruction,
+                state=obs,
+                action=action,
+                next_state=next_obs,
+                reward=reward,
+                done=terminated or truncated,
+                admissible_actions=list(info.get(ADMISSIBLE) or []),
+                valid_action=bool(next_info[VALID]),
+                source=SOURCE,
+                provenance=provenance,
+            )
+        )
+        obs, info = next_obs, next_info
+    return Trajectory(
+        episode_id=plan.episode_id,
+        task_id=task.task_id,
+        env=task.env,
+        split=task.split,
+        source=SOURCE,
+        policy=plan.policy,
+        initial_state=initial,
+        steps=steps,
+        success=bool(steps[-1].reward),
+        truncated=truncated and not terminated,
+    )
+
+
+# -- per-game work (runs in a worker process, or inline with one worker) -------------------
+
+
+def _new_stats() -> dict[str, Any]:
+    return {"n": Counter(), "success": Counter(), "steps": 0, "env_errors": 0, "seconds": 0.0}
+
+
+def _collect_game(job: dict[str, Any]) -> dict[str, Any]:
+    from components.envs.textworld_env import TextWorldEnv
+
+    task = Task.model_validate(job["task"])
+    env = TextWorldEnv(max_steps=job["max_steps"], root=Path(job["root"]))
+    stats = _new_stats()
+    start = time.perf_counter()
+    try:
+        with Path(job["path"]).open("a", encoding="utf-8") as f:
+            # exclusive while writing: a resumed run waits for a dying orphan to let go
+            fcntl.flock(f.fileno(), fcntl.LOCK_EX)
+            for raw in job["episodes"]:
+                plan = EpisodePlan(**raw)
+                traj = None
+                for attempt in range(ENV_RETRIES + 1):
+                    try:
+                        traj = run_episode(env, task, plan, job["epsilon"], job["p_invalid"])
+                        break
+                    except EnvError as err:
+                        log.warning("env error on %s (try %d): %s", plan.episode_id, attempt, err)
+                        env.close()
+                if traj is None:
+                    stats["env_errors"] += 1
+                    continue
+                # one whole line per episode, flushed: a kill can only tear the last line
+                f.write(traj.model_dump_json() + "\n")
+                f.flush()
+                stats["n"][traj.policy] += 1
+                stats["success"][traj.policy] += int(traj.success)
+                stats["steps"] += traj.n_steps
+    finally:
+        env.close()
+    stats["seconds"] = time.perf_counter() - start
+    return stats
+
+
+# -- resume ------------------------------------------------------------------------------------
+
+
+@dataclass
+class _Existing:
+    done: dict[str, set[str]]  # task_id -> episode ids already on disk
+    stats: dict[str, Any]
+    dropped: int = 0
+    torn: int = 0
+
+
+def _scan(out_dir: Path, planned: dict[str, set[str]], splits: dict[str, str]) -> _Existing:
+    """Repair the output files and find which planned episodes are already collected."""
+    found = _Existing(done=defaultdict(set), stats=_new_stats())
+    for tmp in out_dir.glob("*.jsonl.tmp"):  # a rewrite below that was interrupted
+        tmp.unlink()
+    for path in sorted(out_dir.glob("*.jsonl")):
+        task_id = path.stem
+        with path.open("rb") as fh:
+            fcntl.flock(fh.fileno(), fcntl.LOCK_EX)  # no writer left on this file
+            data = original = fh.read()
+        if task_id not in planned:
+            found.dropped += data.count(b"\n")
+            path.unlink()
+            continue
+        if data and not data.endswith(b"\n"):
+            found.torn += 1
+            data = data[: data.rfind(b"\n") + 1]
+        keep: list[bytes] = []
+        for line in data.splitlines():
+            if not line.strip():
+                continue
+            try:
+                traj = Trajectory.model_validate_json(line)
+            except (ValidationError, ValueError):
+                found.dropped += 1
+                continue
+            eid = traj.episode_id
+            stale = traj.task_id != task_id or traj.split != splits[task_id]
+            if stale or eid not in planned[task_id] or eid in found.done[task_id]:
+                found.dropped += 1
+                continue
+            found.done[task_id].add(eid)
+            found.stats["n"][traj.policy] += 1
+            found.stats["success"][traj.policy] += int(traj.success)
+            found.stats["steps"] += traj.n_steps
+            keep.append(line + b"\n")
+        new = b"".join(keep)
+        if new != original:
+            tmp = path.with_name(path.name + ".tmp")
+            tmp.write_bytes(new)
+            os.replace(tmp, path)
+    return found
+
+
+# -- entry point ---------------------------------------------------------------------------------
+
+
+def collect(
+    cfg: Config, tasks: list[Task], out_dir: Path, root: Path, progress: bool = True
+) -> dict[str, Any]:
+    """Collect the planned episodes under ``out_dir`` (resumable); returns a summary."""
+    from tqdm import tqdm
+
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    c = cfg.collect
+    if "test" in c.splits:
+        log.warning("collect.splits includes 'test': held-out games will be collected")
+    by_id = {t.task_id: t for t in tasks}
+    plans = plan_episodes(cfg, tasks)
+    planned: dict[str, set[str]] = defaultdict(set)
+    for p in plans:
+        planned[p.task_id].add(p.episode_id)
+    existing = _scan(out_dir, planned, {t.task_id: t.split for t in tasks})
+    if existing.dropped or existing.torn:
+        log.warning(
+            "resume: dropped %d records not in the plan (or invalid/duplicated), %d torn lines",
+            existing.dropped,
+            existing.torn,
+        )
+    pending: dict[str, list[EpisodePlan]] = defaultdict(list)
+    for p in plans:
+        if p.episode_id not in existing.done[p.task_id]:
+            pending[p.task_id].append(p)
+    n_pending = sum(len(v) for v in pending.values())
+    log.info(
+        "collect: %d episodes planned over %d games, %d already done, %d to run",
+        len(plans),
+        len(planned),
+        len(plans) - n_pending,
+        n_pending,
+    )
+    jobs = [
+        {
+            "task": by_id[tid].model_dump(mode="json"),
+            "episodes": [asdict(p) for p in eps],
+            "path": str(out_dir / f"{tid}.jsonl"),
+            "max_steps": cfg.env.max_steps,
+            "root": str(root),
+            "epsilon": c.epsilon,
+            "p_invalid": c.p_invalid,
+        }
+        # hardest games first so the workers finish together
+        for tid, eps in sorted(pending.items(), key=lambda kv: (-by_id[kv[0]].difficulty, kv[0]))
+    ]
+    new = _new_stats()
+    start = time.perf_counter()
+    with tqdm(total=n_pending, desc="collect", unit="ep", disable=not progress) as bar:
+        for stats in _run_jobs(jobs, c.workers):
+            for key in ("n", "success"):
+                new[key].update(stats[key])
+            new["steps"] += stats["steps"]
+            new["env_errors"] += stats["env_errors"]
+            bar.update(sum(stats["n"].values()) + stats["env_errors"])
+    wall = time.perf_counter() - start
+    if new["env_errors"]:
+        log.warning("%d episodes skipped after env errors (rerun to retry)", new["env_errors"])
+    return _summary(tasks, existing, new, wall)
+
+
+def _run_jobs(jobs: list[dict[str, Any]], workers: int) -> Any:
+    if not jobs:
+        return
+    if workers <= 1 or len(jobs) == 1:
+        for job in jobs:
+            yield _collect_game(job)
+        return
+    import multiprocessing as mp
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+
+    # spawn: no forked engine state; a dying worker raises BrokenProcessPool, never hangs
+    ctx = mp.get_context("spawn")
+    with ProcessPoolExecutor(
+        min(workers, len(jobs)),
+        mp_context=ctx,
+        initializer=exit_with_parent,
+        initargs=(os.getpid(),),
+    ) as pool:
+        futures = [pool.submit(_collect_game, job) for job in jobs]
+        for future in as_completed(futures):
+            yield future.result()
+
+
+def _summary(
+    tasks: list[Task], existing: _Existing, new: dict[str, Any], wall: float
+) -> dict[str, Any]:
+    n = existing.stats["n"] + new["n"]
+    success = existing.stats["success"] + new["success"]
+    n_new = sum(new["n"].values())
+    splits = Counter(t.split for t in tasks)
+    return {
+        "n_trajectories": sum(n.values()),
+        "n_transitions": existing.stats["steps"] + new["steps"],
+        "policies": {
+            p: {"n": n[p], "success_rate": round(success[p] / n[p], 4) if n[p] else 0.0}
+            for p in POLICIES
+            if n[p]
+        },
+        "n_games": {s: splits.get(s, 0) for s in ("train", "validation", "test")},
+        "n_new_trajectories": n_new,
+        "n_resumed_trajectories": sum(existing.stats["n"].values()),
+        "n_dropped_records": existing.dropped,
+        "n_torn_lines": existing.torn,
+        "n_env_errors": new["env_errors"],
+        "steps_per_s": round(new["steps"] / wall, 2) if new["steps"] and wall > 0 else 0.0,
+        "seconds": round(wall, 2),
+    }

@@ -1,0 +1,289 @@
+"""TextWorld behind the Env / ReplayableEnv interface (Gymnasium 5-tuple semantics).
+
+The observation is a compact abstract state, never the transcript::
+
+    Location: Office
+    <room description, banners and status lines removed, whitespace collapsed>
+    Inventory: a mop
+    Feedback: <the game's answer to the last action>
+
+Rewards are outcome-only: 1 on the step that wins the game, else 0. An episode is
+``terminated`` when the game is won or lost and ``truncated`` after ``max_steps`` steps.
+TextWorld games are deterministic, so ``replay`` (reset, re-apply a prefix, apply one
+action) returns exactly what live stepping returned.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+from pathlib import Path
+from typing import Any
+
+from components.envs.base import ADMISSIBLE, FEEDBACK, LOST, VALID, WON, EnvError, StepResult
+from components.schema import Task
+
+ENV_NAME = "textworld"
+LOCATION = "location"  # extra info key: the current room's name
+MOVES = "moves"  # extra info key: steps taken in this episode
+
+_HEADER = re.compile(r"-=\s*(.*?)\s*=-")
+_PROMPT_LINE = re.compile(r"\n>[^\n]*$")  # the input prompt + status bar ending each output
+_RESTART = re.compile(r"Would you like to RESTART, RESTORE a saved game, QUIT or UNDO[^\n]*")
+_ART_LINE = re.compile(r"^[\s_|\\/$<>]+$")
+_CARRYING = re.compile(r"^You are carrying:?\s*(.*?)\.?$", re.IGNORECASE)
+_WS = re.compile(r"\s+")
+_CHAINED = re.compile(r"[.;,]|\bthen\b", re.IGNORECASE)  # Inform7 command separators
+CHAINED_FEEDBACK = "One command at a time, please."
+
+
+def _collapse(text: str) -> str:
+    return _WS.sub(" ", text).strip()
+
+
+def normalize_command(command: str) -> str:
+    """Canonical form of a command: lower case, single spaces (newlines would inject input)."""
+    return _collapse(command).lower()
+
+
+def clean_feedback(raw: str, objective: str | None = None) -> str:
+    """The game's answer without the ASCII-art banner, prompt/status line and restart menu."""
+    text = _PROMPT_LINE.sub("", raw or "")
+    text = _RESTART.sub("", text)
+    lines = [ln for ln in text.splitlines() if not ("$$" in ln or _ART_LINE.match(ln))]
+    text = _collapse("\n".join(lines))
+    if objective:
+        text = text.replace(_collapse(objective), " ")
+    return _collapse(text)
+
+
+def split_description(raw: str | None) -> tuple[str, str]:
+    """(location name, description without the ``-= Room =-`` header)."""
+    text = raw or ""
+    match = _HEADER.search(text)
+    if not match:
+        return "unknown", _collapse(text)
+    return match.group(1), _collapse(text[: match.start()] + " " + text[match.end() :])
+
+
+def clean_inventory(raw: str | None) -> str:
+    """``You are carrying: a mop.`` -> ``a mop``; ``You are carrying nothing.`` -> ``nothing``."""
+    text = _collapse(raw or "")
+    match = _CARRYING.match(text)
+    return (match.group(1) or "nothing") if match else text
+
+
+def render_state(location: str, description: str, inventory: str, feedback: str) -> str:
+    """The abstract state text shown to agents and the experience model."""
+    return f"Location: {location}\n{description}\nInventory: {inventory}\nFeedback: {feedback}"
+
+
+class TextWorldEnv:
+    """A TextWorld game as a 5-tuple env with admissible actions, an expert and replay."""
+
+    name = ENV_NAME
+
+    def __init__(self, max_steps: int, root: Path | None = None) -> None:
+        if max_steps < 1:
+            raise ValueError("max_steps must be >= 1")
+        self.max_steps = max_steps
+        self.root = Path(root) if root is not None else None
+        self._tw: Any = None  # the textworld environment, reused while the game is the same
+        self._game_path: str | None = None
+        self._task: Task | None = None
+        self._history: list[str] = []
+        self._state: Any = None
+        self._admissible: list[str] = []
+        self._done = True
+
+    # -- paths and the engine ------------------------------------------------------------
+
+    def resolve_game_file(self, task: Task) -> Path:
+        """The game file of ``task``, resolving a relative path against ``root`` (or cwd)."""
+        if not task.game_file:
+            raise EnvError(f"task {task.task_id} has no game_file")
+        path = Path(task.game_file)
+        if not path.is_absolute():
+            path = (self.root or Path.cwd()) / path
+        return path
+
+    def _engine(self, path: Path) -> Any:
+        if self._tw is not None and self._game_path == str(path):
+            return self._tw
+        self._discard()
+        import textworld  # heavy import kept to this module
+
+        if not path.is_file() or not path.with_suffix(".json").is_file():
+            raise EnvError(f"game file {path} (and its .json) not found")
+        infos = textworld.EnvInfos(
+            feedback=True,
+            description=True,
+            inventory=True,
+            admissible_commands=True,
+            policy_commands=True,
+            won=True,
+            lost=True,
+            objective=True,
+        )
+        try:
+            self._tw = textworld.start(str(path), request_infos=infos)
+        except Exception as err:
+            raise EnvError(f"cannot start {path}: {err}") from err
+        # Jericho would re-run "look" and "inventory" after every command for games it
+        # "fully supports"; TextWorld's Inform7 wrapper already reads both from the game's
+        # own output, so this only triples the cost of a step.
+        frotz = getattr(getattr(self._tw, "unwrapped", None), "_jericho", None)
+        if frotz is not None and hasattr(frotz, "is_fully_supported"):
+            frotz.is_fully_supported = False
+        self._game_path = str(path)
+        return self._tw
+
+    def _discard(self) -> None:
+        """Drop the engine (after an error, or to switch games); the next reset restarts it."""
+        tw, self._tw, self._game_path = self._tw, None, None
+        self._done = True
+        if tw is not None:
+            with contextlib.suppress(Exception):  # a dead engine may fail to close
+                tw.close()
+
+    # -- Env -------------------------------------------------------------------------------
+
+    def reset(self, task: Task, seed: int | None = None) -> tuple[str, dict[str, Any]]:
+        """Start ``task``'s game; ``seed`` is ignored (TextWorld games are deterministic)."""
+        del seed
+        path = self.resolve_game_file(task)
+        tw = self._engine(path)
+        try:
+            state = tw.reset()
+        except Exception as err:
+            self._discard()
+            raise EnvError(f"reset failed for {task.task_id}: {err}") from err
+        self._task = task
+        self._history = []
+        self._state = state
+        self._done = False
+        self._admissible = sorted(state.get("admissible_commands") or [])
+        objective = state.get("objective") or task.instruction
+        feedback = clean_feedback(state.get("feedback", ""), objective)
+        obs, location = self._observe(state, feedback)
+        info = self._info(state, feedback, location, valid=True)
+        return obs, info
+
+    def step(self, action: str) -> tuple[str, int, bool, bool, dict[str, Any]]:
+        """Apply ``action``; returns (observation, reward, terminated, truncated, info)."""
+        return self._advance(action, self.max_steps)
+
+    def _advance(
+        self, action: str, limit: int | None
+    ) -> tuple[str, int, bool, bool, dict[str, Any]]:
+        if self._task is None or self._done:
+            raise RuntimeError("step() called before reset() or after the episode ended")
+        command = _collapse(action)
+        valid = normalize_command(command) in {normalize_command(a) for a in self._admissible}
+        if not valid and _CHAINED.search(command):
+            # Inform7 would run "go east. take key" as two commands in one step; refuse it
+            # so one step is always one action (the state stays as it was).
+            state = {**self._state, "feedback": CHAINED_FEEDBACK}
+        else:
+            try:
+                state, _, _ = self._tw.step(command)
+            except Exception as err:
+                self._discard()
+                raise EnvError(f"step {command!r} failed on {self._task.task_id}: {err}") from err
+        self._history.append(command)
+        self._state = state
+        won, lost = bool(state.get("won")), bool(state.get("lost"))
+        terminated = won or lost
+        truncated = not terminated and limit is not None and len(self._history) >= limit
+        self._done = terminated or truncated
+        self._admissible = [] if terminated else sorted(state.get("admissible_commands") or [])
+        feedback = clean_feedback(state.get("feedback", ""))
+        obs, location = self._observe(state, feedback)
+        info = self._info(state, feedback, location, valid=valid)
+        return obs, int(won), terminated, truncated, info
+
+    def close(self) -> None:
+        """Release the game engine."""
+        self._discard()
+        self._task = None
+
+    # -- extras used by policies and fidelity ---------------------------------------------------
+
+    @property
+    def admissible_actions(self) -> list[str]:
+        """Sorted admissible commands in the current state (empty once terminated)."""
+        return list(self._admissible)
+
+    @property
+    def history(self) -> list[str]:
+        """Commands applied since the last reset."""
+        return list(self._history)
+
+    def expert_action(self) -> str | None:
+        """The next command of TextWorld's winning policy from the current state, if any."""
+        if self._state is None or self._done:
+            return None
+        plan = self._state.get("policy_commands") or []
+        return plan[0] if plan else None
+
+    def replay(self, task: Task, action_prefix: list[str], action: str) -> StepResult:
+        """Restore the state reached by ``action_prefix`` from reset, apply ``action``.
+
+        Replaces the current episode. When the env already sits at the start of that
+        prefix of the same task, it continues from there instead of resetting (the games
+        are deterministic, so the result is the same): replaying a trajectory step by step
+        costs one step per call, not a reset plus the whole prefix.
+        """
+        prefix = [_collapse(a) for a in action_prefix]
+        n = len(self._history)
+        resume = (
+            self._task is not None
+            and self._task.task_id == task.task_id
+            and not self._done
+            and self._history == prefix[:n]
+            and n <= len(prefix)
+        )
+        if not resume:
+            self.reset(task)
+            n = 0
+        for i in range(n, len(prefix)):
+            self._replay_step(prefix[i], i, None)
+        result = self._replay_step(action, len(prefix), self.max_steps)
+        return StepResult(*result)
+
+    def _replay_step(
+        self, action: str, index: int, limit: int | None
+    ) -> tuple[str, int, bool, bool, dict[str, Any]]:
+        # No step limit inside the prefix; the last step reports it as live stepping would.
+        try:
+            return self._advance(action, limit)
+        except EnvError:
+            raise
+        except RuntimeError as err:
+            raise ValueError(f"the prefix ends the episode before step {index}") from err
+
+    # -- helpers ---------------------------------------------------------------------------------
+
+    def _observe(self, state: Any, feedback: str) -> tuple[str, str]:
+        location, description = split_description(state.get("description"))
+        inventory = clean_inventory(state.get("inventory"))
+        # Moving or looking answers with the room description, already in the state: keep
+        # only what the feedback adds to it.
+        rest = feedback
+        for part in (f"-= {location} =-", description):
+            if part:
+                rest = rest.replace(part, " ")
+        rest = _collapse(rest)
+        shown = rest or f"You are in the {location}."
+        return render_state(location, description, inventory, shown), location
+
+    def _info(self, state: Any, feedback: str, location: str, valid: bool) -> dict[str, Any]:
+        return {
+            ADMISSIBLE: list(self._admissible),
+            VALID: valid,
+            WON: bool(state.get("won")),
+            LOST: bool(state.get("lost")),
+            FEEDBACK: feedback,
+            LOCATION: location,
+            MOVES: len(self._history),
+        }
