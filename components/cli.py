@@ -106,6 +106,29 @@ def ingest(
     _run(stages.ingest, params, profile, root)
 
 
+@app.command("annotate")
+def annotate(
+    params: ParamsOpt = Path(PARAMS_FILE),
+    profile: ProfileOpt = None,
+    root: RootOpt = Path("."),
+    fresh: Annotated[
+        bool, typer.Option("--fresh", help="discard existing annotations instead of resuming")
+    ] = False,
+) -> None:
+    """Annotate every real transition with a teacher reasoning trace (resumable)."""
+    from components import stages
+    from components.teacher.base import BudgetExhaustedError, TeacherError
+
+    try:
+        _run(lambda cfg, paths: stages.annotate(cfg, paths, fresh=fresh), params, profile, root)
+    except BudgetExhaustedError as err:
+        typer.echo(f"error: {err}; rerun to resume. stats: {json.dumps(err.stats)}", err=True)
+        raise typer.Exit(3) from None
+    except TeacherError as err:
+        typer.echo(f"error: {err}", err=True)
+        raise typer.Exit(1) from None
+
+
 @app.command("config")
 def show_config(
     params: ParamsOpt = Path(PARAMS_FILE), profile: ProfileOpt = None, root: RootOpt = Path(".")

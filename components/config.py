@@ -208,6 +208,10 @@ class Paths:
         return self.ingested / "transitions.parquet"
 
     @property
+    def annotations_file(self) -> Path:
+        return self.data / "annotations" / "annotations.jsonl"
+
+    @property
     def quarantine(self) -> Path:
         return self.data / "quarantine"
 

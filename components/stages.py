@@ -128,3 +128,35 @@ def data_metrics(tasks: list[Task], trajectories_file: Path, n_quarantined: int)
         "n_trajectories_per_policy": {p: len(v) for p, v in sorted(runs.items())},
         "n_quarantined": n_quarantined,
     }
+
+
+def annotate(cfg: Config, paths: Paths, fresh: bool = False) -> dict[str, Any]:
+    """Stage annotate: a teacher reasoning trace for every ingested real transition."""
+    from components.teacher.annotate import annotate as annotate_transitions
+    from components.teacher.annotate import failures_path_for, iter_annotations
+    from components.tracking import stage_run
+
+    out = paths.annotations_file
+    wanted = (cfg.teacher.backend, cfg.teacher.model)
+    producers = {(str(r.get("backend")), str(r.get("model"))) for r in iter_annotations(out)}
+    if producers and producers != {wanted} and not fresh:
+        # resuming is for the same teacher; a new teacher starts over rather than mixing
+        log.warning("annotations by %s, config asks for %s: starting fresh", producers, wanted)
+        fresh = True
+    trajectories = list(read_jsonl(paths.trajectories_file, Trajectory))
+    data = {"trajectories": paths.trajectories_file}
+    with stage_run("annotate", "experience", cfg, ("teacher",), paths.root, data) as run:
+        stats = annotate_transitions(cfg, trajectories, out, resume=not fresh)
+        run.log_metrics(stats)
+        failures = failures_path_for(out)
+        if failures.exists() and failures.stat().st_size:
+            run.log_artifact(failures, "annotation_failures")
+    _write_json(paths.metrics / "annotate.json", _numbers(stats))
+    return stats
+
+
+def _numbers(stats: dict[str, Any]) -> dict[str, Any]:
+    """Only the numeric entries (DVC metrics files hold numbers)."""
+    return {
+        k: v for k, v in stats.items() if isinstance(v, int | float) and not isinstance(v, bool)
+    }

@@ -17,7 +17,7 @@ from prefect import flow, get_run_logger, task
 
 from components.tracking import PARENT_RUN_ENV, pipeline_run
 
-IO_STAGES = frozenset({"generate_tasks", "collect"})
+IO_STAGES = frozenset({"generate_tasks", "collect", "annotate"})
 ACCELERATOR_TAG = "accelerator"
 
 

@@ -81,6 +81,15 @@ def test_pipeline_produces_data_and_metrics(ran: Path):
         assert json.loads(line)["task_id"] not in test_ids, "held-out game used for training"
 
 
+def test_every_transition_is_annotated_once(ran: Path):
+    data = json.loads((ran / "metrics" / "data.json").read_text())
+    stats = json.loads((ran / "metrics" / "annotate.json").read_text())
+    assert stats["n_annotated"] == data["n_transitions"] and stats["n_failed"] == 0
+    rows = (ran / "data/annotations/annotations.jsonl").read_text().splitlines()
+    ids = [json.loads(r)["id"] for r in rows]
+    assert len(ids) == len(set(ids)) == data["n_transitions"]
+
+
 def test_dvc_is_up_to_date_after_the_run(ran: Path):
     out = _sh([sys.executable, "-m", "dvc", "status"], ran)
     assert "up to date" in out, out
@@ -96,7 +105,7 @@ def test_mlflow_has_nested_stage_runs_with_versions(ran: Path):
     mlflow.set_tracking_uri(f"sqlite:///{ran / 'mlflow.db'}")
     runs = mlflow.search_runs(search_all_experiments=True, output_format="list")
     by_name = {r.info.run_name: r for r in runs}
-    assert {"pipeline", "generate_tasks", "collect", "ingest"} <= set(by_name)
+    assert {"pipeline", "generate_tasks", "collect", "ingest", "annotate"} <= set(by_name)
     parent = by_name["pipeline"].info.run_id
     ingest = by_name["ingest"]
     assert ingest.data.tags["mlflow.parentRunId"] == parent
