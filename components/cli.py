@@ -81,7 +81,7 @@ def generate_tasks(
     params: ParamsOpt = Path(PARAMS_FILE), profile: ProfileOpt = None, root: RootOpt = Path(".")
 ) -> None:
     """Generate the TextWorld task suite (games + train/validation/test split by game)."""
-    from components import stages
+    from components.stages import data as stages
 
     _run(stages.generate_tasks, params, profile, root)
 
@@ -91,7 +91,7 @@ def collect(
     params: ParamsOpt = Path(PARAMS_FILE), profile: ProfileOpt = None, root: RootOpt = Path(".")
 ) -> None:
     """Collect real trajectories (expert / noisy / random); resumable after interruption."""
-    from components import stages
+    from components.stages import data as stages
 
     _run(stages.collect, params, profile, root)
 
@@ -101,7 +101,7 @@ def ingest(
     params: ParamsOpt = Path(PARAMS_FILE), profile: ProfileOpt = None, root: RootOpt = Path(".")
 ) -> None:
     """Validate raw trajectories with Great Expectations; quarantine bad rows with reasons."""
-    from components import stages
+    from components.stages import data as stages
 
     _run(stages.ingest, params, profile, root)
 
@@ -116,7 +116,7 @@ def annotate(
     ] = False,
 ) -> None:
     """Annotate every real transition with a teacher reasoning trace (resumable)."""
-    from components import stages
+    from components.stages import data as stages
     from components.teacher.base import BudgetExhaustedError, TeacherError
 
     try:

@@ -1,13 +1,10 @@
-"""Stage bodies behind ``dreamgym <stage>``: call the library, write metrics, track.
+"""Data stages: task generation, real collection, validated ingestion, annotation.
 
-Each function is one DVC stage: it reads only its params sections and its declared
-inputs, writes its declared outputs and metrics, and records one MLflow run. Heavy
-imports stay inside the functions so ``dreamgym --help`` stays fast.
+Heavy imports stay inside the functions so ``dreamgym --help`` stays fast.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from collections import Counter, defaultdict
@@ -16,15 +13,11 @@ from typing import Any
 
 from components.config import Config, Paths
 from components.schema import Task, Trajectory, read_jsonl
+from components.stages.common import numbers, write_json
 
 log = logging.getLogger("dreamgym")
 
 DATA_METRICS = "data.json"
-
-
-def _write_json(path: Path, data: Any) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n", encoding="utf-8")
 
 
 def load_tasks(paths: Paths) -> list[Task]:
@@ -92,7 +85,7 @@ def ingest(cfg: Config, paths: Paths) -> dict[str, Any]:
     with stage_run("ingest", "data", cfg, ("ingest",), paths.root, data) as run:
         report = ingest_files(raw_files, paths.ingested, paths.quarantine, cfg.ingest)
         metrics = data_metrics(load_tasks(paths), paths.trajectories_file, report.n_quarantined)
-        _write_json(paths.metrics / DATA_METRICS, metrics)
+        write_json(paths.metrics / DATA_METRICS, metrics)
         run.log_metrics({**metrics, "n_lines": report.n_lines})
         run.log_dict(report.validation, "great_expectations/validation.json")
         run.log_artifact(paths.quarantine / REPORT_FILE, "quarantine")
@@ -151,12 +144,5 @@ def annotate(cfg: Config, paths: Paths, fresh: bool = False) -> dict[str, Any]:
         failures = failures_path_for(out)
         if failures.exists() and failures.stat().st_size:
             run.log_artifact(failures, "annotation_failures")
-    _write_json(paths.metrics / "annotate.json", _numbers(stats))
+    write_json(paths.metrics / "annotate.json", numbers(stats))
     return stats
-
-
-def _numbers(stats: dict[str, Any]) -> dict[str, Any]:
-    """Only the numeric entries (DVC metrics files hold numbers)."""
-    return {
-        k: v for k, v in stats.items() if isinstance(v, int | float) and not isinstance(v, bool)
-    }
