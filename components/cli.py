@@ -106,6 +106,16 @@ def ingest(
     _run(stages.ingest, params, profile, root)
 
 
+@app.command("build-buffer")
+def build_buffer(
+    params: ParamsOpt = Path(PARAMS_FILE), profile: ProfileOpt = None, root: RootOpt = Path(".")
+) -> None:
+    """Build the seed replay buffer (LanceDB) from real train-split transitions."""
+    from components.stages import buffer as stages
+
+    _run(stages.build_buffer, params, profile, root)
+
+
 @app.command("annotate")
 def annotate(
     params: ParamsOpt = Path(PARAMS_FILE),
@@ -127,6 +137,26 @@ def annotate(
     except TeacherError as err:
         typer.echo(f"error: {err}", err=True)
         raise typer.Exit(1) from None
+
+
+@app.command("train-experience-model")
+def train_experience_model(
+    params: ParamsOpt = Path(PARAMS_FILE), profile: ProfileOpt = None, root: RootOpt = Path(".")
+) -> None:
+    """SFT of the reasoning experience model (resumable); register experience-model@candidate."""
+    from components.stages import experience as stages
+
+    _run(stages.train_experience_model, params, profile, root)
+
+
+@app.command("evaluate-fidelity")
+def evaluate_fidelity(
+    params: ParamsOpt = Path(PARAMS_FILE), profile: ProfileOpt = None, root: RootOpt = Path(".")
+) -> None:
+    """Measure the experience model's eps_R and next-state error on validation transitions."""
+    from components.stages import experience as stages
+
+    _run(stages.evaluate_fidelity, params, profile, root)
 
 
 @app.command("config")

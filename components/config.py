@@ -120,7 +120,7 @@ class BufferConfig(_Section):
         "oldest", description="how synthetic rows are evicted above the cap"
     )
     index_min_rows: int = Field(
-        20_000, ge=256, description="build an ANN index from this many rows; exact below"
+        5_000, ge=256, description="build an ANN index from this many rows; exact below"
     )
 
 
@@ -155,6 +155,53 @@ class TeacherConfig(_Section):
     )
 
 
+class ExperienceConfig(_Section):
+    """The reasoning experience model: base model, prompt shape, SFT and fidelity settings."""
+
+    model: str = Field(
+        "tiny", description="tiny (from a config) | smollm2 (packaged GGUF) | hub name/path"
+    )
+    tiny_preset: Literal["nano", "micro", "mini", "small"] = Field(
+        "mini", description="size preset of the from-scratch model (model=tiny)"
+    )
+    vocab_size: int = Field(4096, ge=300, description="BPE vocabulary trained for model=tiny")
+    history_len: int = Field(2, ge=0, description="previous steps in the prompt (0 = none)")
+    max_length: int = Field(
+        2048, ge=64, description="max prompt+answer tokens; longer examples are dropped"
+    )
+    max_train_examples: int | None = Field(
+        None, ge=1, description="seeded subset of train transitions (None = all)"
+    )
+    epochs: float = Field(1.0, gt=0, description="passes over the train examples")
+    max_steps: int = Field(-1, description="optimizer steps (-1 = use epochs)")
+    max_train_minutes: float | None = Field(
+        None, gt=0, description="stop training (and save) after this wall-clock budget"
+    )
+    learning_rate: float = Field(1e-3, gt=0)
+    batch_size: int = Field(4, ge=1, description="sequences per device step")
+    grad_accum: int = Field(1, ge=1, description="gradient accumulation steps")
+    warmup_ratio: float = Field(0.05, ge=0, lt=1)
+    weight_decay: float = Field(0.0, ge=0)
+    bf16: bool | None = Field(
+        None, description="bf16 autocast (None = on a CUDA GPU that supports it)"
+    )
+    lora: bool = Field(False, description="train LoRA adapters (merged before saving)")
+    lora_r: int = Field(16, ge=1)
+    lora_alpha: int = Field(32, ge=1)
+    logging_steps: int = Field(10, ge=1)
+    save_steps: int = Field(100, ge=1, description="checkpoint interval (resume after a kill)")
+    eval_loss_examples: int = Field(
+        32, ge=0, description="validation examples for the teacher-forced eval loss"
+    )
+    eval_examples: int = Field(
+        200, ge=1, description="validation transitions generated for fidelity"
+    )
+    max_new_tokens: int = Field(512, ge=8, description="generation cap per answer")
+    gen_batch_size: int = Field(8, ge=1, description="prompts per generate call")
+    temperature: float = Field(0.0, ge=0, description="fidelity decoding (0 = greedy)")
+    seed: int = Field(0, description="data subset, init and training seed")
+
+
 class Config(_Section):
     """The whole validated configuration of one profile."""
 
@@ -167,6 +214,7 @@ class Config(_Section):
     ingest: IngestConfig = IngestConfig()
     buffer: BufferConfig = BufferConfig()
     teacher: TeacherConfig = TeacherConfig()
+    experience: ExperienceConfig = ExperienceConfig()
 
     def section(self, name: str) -> dict[str, Any]:
         """One section as plain data (for logging params)."""
@@ -210,6 +258,10 @@ class Paths:
     @property
     def annotations_file(self) -> Path:
         return self.data / "annotations" / "annotations.jsonl"
+
+    @property
+    def buffer(self) -> Path:
+        return self.data / "buffer"
 
     @property
     def quarantine(self) -> Path:

@@ -216,3 +216,48 @@ def pipeline_run(root: Path, name: str, params: Mapping[str, Any]) -> Iterator[s
     ) as run:
         mlflow.log_params({k: str(v) for k, v in flatten(params).items()})
         yield run.info.run_id
+
+
+def register_model_dir(
+    run: StageRun,
+    local_dir: Path,
+    name: str,
+    aliases: tuple[str, ...] = (),
+    artifact_path: str = "model",
+    tags: Mapping[str, Any] | None = None,
+) -> str:
+    """Log a saved model directory as run artifacts and register it; returns the version."""
+    from mlflow import MlflowClient
+    from mlflow.exceptions import MlflowException
+
+    run.log_artifact(local_dir, artifact_path)
+    client = MlflowClient()
+    try:
+        client.get_registered_model(name)
+    except MlflowException:
+        client.create_registered_model(name)
+    # register_model("runs:/...") fails for plain artifact dirs in MLflow 3 (API-NOTES §6)
+    version = client.create_model_version(
+        name,
+        source=f"runs:/{run.run_id}/{artifact_path}",
+        run_id=run.run_id,
+        tags={k: str(v) for k, v in (tags or {}).items()},
+    ).version
+    for alias in aliases:
+        client.set_registered_model_alias(name, alias, version)
+    return str(version)
+
+
+def tag_model_alias(name: str, alias: str, tags: Mapping[str, Any]) -> str | None:
+    """Tag the version behind ``name@alias`` (inside an open stage run); its version or None."""
+    from mlflow import MlflowClient
+    from mlflow.exceptions import MlflowException
+
+    client = MlflowClient()
+    try:
+        version = client.get_model_version_by_alias(name, alias).version
+    except MlflowException:
+        return None
+    for key, value in tags.items():
+        client.set_model_version_tag(name, version, key, str(value))
+    return str(version)

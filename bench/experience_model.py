@@ -1,0 +1,230 @@
+"""Which experience model for the cpu profile: from-scratch small Llama vs SmolLM2-135M.
+
+``python -m bench.experience_model [candidate ...]`` trains each candidate with the
+cpu-profile data (train split, k neighbours from the replay buffer, teacher reasoning)
+for a comparable wall-clock budget on this machine, measures fidelity on the same
+held-out validation transitions (greedy decoding) and writes
+bench/results/experience_model_choice.json, merging with earlier candidates' results
+so candidates can run one at a time. Candidates: ``tiny-<preset>`` or ``smollm2``.
+Fidelity per minute = fidelity_score / training minutes, where fidelity_score =
+0.5 * (1 - eps_R) + 0.5 * state token F1 (malformed answers score 0 on both).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import shutil
+import sys
+import time
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+RESULTS = Path("bench/results/experience_model_choice.json")
+BUDGET_MINUTES = float(os.environ.get("BENCH_EXPERIENCE_MINUTES", "12"))
+EVAL_EXAMPLES = int(os.environ.get("BENCH_EXPERIENCE_EVAL", "200"))
+BUFFER = Path(os.environ.get("BENCH_EXPERIENCE_BUFFER", "data/buffer"))
+WORK = Path(os.environ.get("BENCH_EXPERIENCE_WORK", "/tmp/dreamgym-bench-experience"))
+# Per-candidate training settings: steps sized to the budget from measured step times on
+# this machine (the time cap stops a slower run; cosine decay then ends early).
+CANDIDATES: dict[str, dict[str, Any]] = {
+    # measured: 0.50 s/example (micro), 2.4 s/example (mini), 50 s/example (SmolLM2)
+    "tiny-micro": {
+        "model": "tiny",
+        "tiny_preset": "micro",
+        "learning_rate": 2e-3,
+        "batch_size": 4,
+        "max_steps": 350,
+    },
+    "tiny-mini": {
+        "model": "tiny",
+        "tiny_preset": "mini",
+        "learning_rate": 1e-3,
+        "batch_size": 4,
+        "max_steps": 75,
+    },
+    "smollm2": {
+        "model": "smollm2",
+        "learning_rate": 2e-4,
+        "batch_size": 1,
+        "max_steps": 14,
+        "eval_examples": 50,  # ~12 s per answer: 200 would take ~40 min
+    },
+}
+
+
+ROW_KEYS = (
+    "id",
+    "reward_true",
+    "reward_pred",
+    "reward_error",
+    "malformed",
+    "error",
+    "state_em",
+    "state_f1",
+    "copy_state_em",
+    "copy_state_f1",
+)
+
+
+def _load(path: Path) -> dict[str, Any]:
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
+def run_candidate(name: str) -> dict[str, Any]:
+    """Train one candidate for the budget and measure its fidelity."""
+    from components.buffer import SEED_TAG, ReplayBuffer
+    from components.config import Paths, load_config
+    from components.evaluation.fidelity import evaluate_fidelity
+    from components.experience.dataset import (
+        buffer_retriever,
+        build_examples,
+        select_transitions,
+    )
+    from components.experience.sft import save_model, train_sft
+    from components.lm.generate import Generator
+    from components.lm.models import count_parameters
+    from components.schema import Trajectory, read_jsonl
+    from components.stages.experience import base_cache_dir, load_base_model, prompt_settings
+    from components.teacher.annotate import load_annotations
+
+    cfg = load_config("params.yaml", profile="cpu")
+    overrides = {**CANDIDATES[name], "max_train_minutes": BUDGET_MINUTES}
+    ecfg = cfg.experience.model_copy(update=overrides)
+    cfg = cfg.model_copy(update={"experience": ecfg})
+    paths = Paths(Path(".").resolve())
+    settings = prompt_settings(cfg)
+    trajectories = list(read_jsonl(paths.trajectories_file, Trajectory))
+    reasoning = load_annotations(paths.annotations_file)
+    buf = ReplayBuffer.open(BUFFER, cfg.buffer, create=False)
+    buf.checkout(SEED_TAG)
+    retriever = buffer_retriever(buf, env=cfg.env.name)
+    n_train = ecfg.max_steps * ecfg.batch_size * ecfg.grad_accum
+    start = time.perf_counter()
+    train, stats = build_examples(
+        select_transitions(trajectories, "train", n_train, ecfg.seed),
+        settings,
+        reasoning,
+        retriever,
+    )
+    # the same seeded sample of validation transitions for every candidate; a slow
+    # candidate scores a prefix of it (compare on the shared prefix)
+    n_eval = CANDIDATES[name].get("eval_examples", EVAL_EXAMPLES)
+    eval_ex, _ = build_examples(
+        select_transitions(trajectories, "validation", EVAL_EXAMPLES, ecfg.seed)[:n_eval],
+        settings,
+        None,
+        retriever,
+        require_reasoning=False,
+    )
+    build_s = time.perf_counter() - start
+    work = WORK / name
+    shutil.rmtree(work, ignore_errors=True)
+    model, tokenizer = load_base_model(ecfg, train, base_cache_dir(paths), work / "tokenizer")
+    n_params = count_parameters(model)
+    model, result = train_sft(
+        model, tokenizer, train, ecfg, work / "ckpt", fingerprint={"bench": name}
+    )
+    save_model(model, tokenizer, work / "model", {"bench": name, "prompt": settings.as_dict()})
+    gen = Generator(model, tokenizer)
+    summary, rows = evaluate_fidelity(
+        lambda prompts: gen.generate(
+            prompts, max_new_tokens=ecfg.max_new_tokens, batch_size=ecfg.gen_batch_size
+        ),
+        eval_ex,
+        with_reasoning=settings.with_reasoning,
+    )
+    minutes = result.seconds / 60
+    return {
+        "model": ecfg.model,
+        "tiny_preset": ecfg.tiny_preset if ecfg.model == "tiny" else None,
+        "n_parameters": n_params,
+        "training": {
+            **overrides,
+            **result.metrics(),
+            "examples_seen": result.steps * ecfg.batch_size * ecfg.grad_accum,
+        },
+        "data": {**stats, "build_seconds": round(build_s, 1), "prompt": settings.as_dict()},
+        "fidelity": summary,
+        "fidelity_per_train_minute": summary["fidelity_score"] / minutes if minutes else None,
+        "sample_outputs": [r["output"][:600] for r in rows[:3]],
+        "rows": [{k: r[k] for k in ROW_KEYS} for r in rows],
+    }
+
+
+def compare(candidates: dict[str, Any]) -> dict[str, Any]:
+    """Score every candidate on the shared prefix of validation rows; pick by fidelity/min."""
+    from components.evaluation.fidelity import summarize
+
+    n = min(len(c["rows"]) for c in candidates.values())
+    table = {}
+    for name, c in candidates.items():
+        s = summarize(c["rows"][:n])
+        minutes = c["training"]["train_minutes"]
+        table[name] = {
+            "model": c["model"],
+            "n_parameters": c["n_parameters"],
+            "train_minutes": minutes,
+            "examples_seen": c["training"]["examples_seen"],
+            "seconds_per_example": round(60 * minutes / max(c["training"]["examples_seen"], 1), 3),
+            "eval_generate_seconds_per_example": round(
+                c["fidelity"]["generate_seconds"] / c["fidelity"]["n"], 3
+            ),
+            **{
+                k: s[k]
+                for k in (
+                    "n",
+                    "eps_R",
+                    "eps_R_ci95_low",
+                    "eps_R_ci95_high",
+                    "eps_R_reward_1",
+                    "state_exact_match",
+                    "state_token_f1",
+                    "malformed_rate",
+                    "fidelity_score",
+                    "copy_baseline_state_token_f1",
+                )
+            },
+            "fidelity_per_train_minute": s["fidelity_score"] / minutes if minutes else None,
+        }
+    best = max(table, key=lambda k: table[k]["fidelity_per_train_minute"] or 0.0)
+    ranked = sorted(table, key=lambda k: -(table[k]["fidelity_per_train_minute"] or 0.0))
+    why = "; ".join(
+        f"{k}: fidelity {table[k]['fidelity_score']:.3f} after {table[k]['train_minutes']:.1f} min "
+        f"({table[k]['examples_seen']} examples, {table[k]['seconds_per_example']} s each) = "
+        f"{table[k]['fidelity_per_train_minute']:.4f}/min"
+        for k in ranked
+    )
+    return {"n_shared": n, "table": table, "choice": best, "why": why}
+
+
+def main(names: list[str] | None = None) -> None:
+    """Run the named candidates (default: all) and write the comparison JSON."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    import torch
+
+    report = _load(RESULTS)
+    report.setdefault("candidates", {})
+    for name in names or list(CANDIDATES):
+        report["candidates"][name] = run_candidate(name)
+        report["machine"] = {
+            "cpu_count": os.cpu_count(),
+            "torch_threads": torch.get_num_threads(),
+            "platform": platform.platform(),
+            "torch": metadata.version("torch"),
+            "transformers": metadata.version("transformers"),
+            "trl": metadata.version("trl"),
+        }
+        report["budget_minutes"] = BUDGET_MINUTES
+        report["eval_examples"] = EVAL_EXAMPLES
+        report["comparison"] = compare(report["candidates"])
+        RESULTS.parent.mkdir(parents=True, exist_ok=True)
+        RESULTS.write_text(json.dumps(report, indent=2, sort_keys=True) + "\n")
+        print(json.dumps({name: report["candidates"][name]["fidelity"]}, indent=2), flush=True)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

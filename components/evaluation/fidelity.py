@@ -1,0 +1,155 @@
+"""Fidelity of the experience model against the real simulator's recorded transitions.
+
+For held-out validation transitions the model's answer is parsed strictly and compared
+with what the real environment did:
+
+- ``eps_R``: how often the predicted reward differs from the real one (Theorem 1's
+  reward error). A malformed answer counts as a reward error: in use it ends the
+  episode as a failure, so it is not a faithful transition. Reported with a 95% Wilson
+  interval and per true-reward class (rewards are rare: ~5% are 1).
+- next-state error (an eps_P proxy): exact match after normalisation, token F1, and
+  the malformed-output rate. A "copy the current state" baseline puts them in context.
+
+Nothing is guessed from a malformed answer: it is counted with its reason.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from components.experience.dataset import ExperienceExample
+from components.experience.format import MalformedOutputError, parse_answer
+
+GenerateFn = Callable[[list[list[dict[str, str]]]], list[str]]
+_PUNCT = re.compile(r"[^\w\s]")
+_SPACE = re.compile(r"\s+")
+
+
+def normalize_state(text: str) -> str:
+    """Lower case, punctuation removed, whitespace collapsed."""
+    return _SPACE.sub(" ", _PUNCT.sub(" ", text.lower())).strip()
+
+
+def token_f1(prediction: str, reference: str) -> float:
+    """Bag-of-words F1 of the normalised texts (1.0 when both are empty)."""
+    pred, ref = normalize_state(prediction).split(), normalize_state(reference).split()
+    if not pred and not ref:
+        return 1.0
+    common = sum((Counter(pred) & Counter(ref)).values())
+    if common == 0:
+        return 0.0
+    precision, recall = common / len(pred), common / len(ref)
+    return 2 * precision * recall / (precision + recall)
+
+
+def wilson_interval(errors: int, n: int, z: float = 1.96) -> tuple[float, float]:
+    """95% Wilson score interval of a proportion (good at rates near 0)."""
+    if n == 0:
+        return 0.0, 1.0
+    p = errors / n
+    denom = 1 + z * z / n
+    centre = (p + z * z / (2 * n)) / denom
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def score_prediction(example: ExperienceExample, output: str, with_reasoning: bool) -> dict:
+    """One row of the fidelity table: the parse outcome and the errors of one answer."""
+    row: dict[str, Any] = {
+        "id": example.id,
+        "episode_id": example.episode_id,
+        "task_id": example.task_id,
+        "step_index": example.step_index,
+        "action": example.action,
+        "reward_true": example.reward,
+        "next_state_true": example.next_state,
+        "output": output,
+        "copy_state_em": normalize_state(example.state) == normalize_state(example.next_state),
+        "copy_state_f1": token_f1(example.state, example.next_state),
+    }
+    try:
+        pred = parse_answer(output, with_reasoning=with_reasoning)
+    except MalformedOutputError as err:
+        return {
+            **row,
+            "malformed": True,
+            "error": str(err),
+            "reward_pred": None,
+            "reward_error": True,
+            "state_em": False,
+            "state_f1": 0.0,
+        }
+    return {
+        **row,
+        "malformed": False,
+        "error": None,
+        "reward_pred": pred.reward,
+        "reward_error": pred.reward != example.reward,
+        "state_em": normalize_state(pred.next_state) == normalize_state(example.next_state),
+        "state_f1": token_f1(pred.next_state, example.next_state),
+    }
+
+
+def summarize(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """eps_R (+ Wilson CI, per class), state EM/F1, malformed rate and baselines."""
+    n = len(rows)
+    if n == 0:
+        raise ValueError("no rows to summarise")
+    reward_errors = sum(r["reward_error"] for r in rows)
+    lo, hi = wilson_interval(reward_errors, n)
+    parsed = [r for r in rows if not r["malformed"]]
+    out: dict[str, Any] = {
+        "n": n,
+        "n_malformed": n - len(parsed),
+        "malformed_rate": (n - len(parsed)) / n,
+        "eps_R": reward_errors / n,
+        "eps_R_ci95_low": lo,
+        "eps_R_ci95_high": hi,
+        "eps_R_parsed": (sum(r["reward_error"] for r in parsed) / len(parsed) if parsed else None),
+        "state_exact_match": sum(r["state_em"] for r in rows) / n,
+        "state_token_f1": sum(r["state_f1"] for r in rows) / n,
+        "eps_P_proxy": 1 - sum(r["state_em"] for r in rows) / n,
+        "copy_baseline_state_exact_match": sum(r["copy_state_em"] for r in rows) / n,
+        "copy_baseline_state_token_f1": sum(r["copy_state_f1"] for r in rows) / n,
+    }
+    for cls in (0, 1):
+        sub = [r for r in rows if r["reward_true"] == cls]
+        out[f"n_reward_{cls}"] = len(sub)
+        out[f"eps_R_reward_{cls}"] = sum(r["reward_error"] for r in sub) / len(sub) if sub else None
+    # one number to compare models: reward right and state right, malformed = 0 for both
+    out["fidelity_score"] = 0.5 * (1 - out["eps_R"]) + 0.5 * out["state_token_f1"]
+    out["malformed_reasons"] = dict(
+        Counter(_reason(r["error"]) for r in rows if r["malformed"]).most_common()
+    )
+    return out
+
+
+def _reason(error: str) -> str:
+    # the parser's message without the offending value: a category to count
+    return re.split(r", got| \(", error)[0]
+
+
+def evaluate_fidelity(
+    generate: GenerateFn,
+    examples: Sequence[ExperienceExample],
+    *,
+    with_reasoning: bool,
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """Generate answers for ``examples`` (one batched call), score them; (summary, table)."""
+    start = time.perf_counter()
+    outputs = generate([ex.prompt() for ex in examples])
+    seconds = time.perf_counter() - start
+    if len(outputs) != len(examples):
+        raise ValueError(f"{len(outputs)} outputs for {len(examples)} prompts")
+    rows = [
+        score_prediction(ex, out, with_reasoning) for ex, out in zip(examples, outputs, strict=True)
+    ]
+    summary = summarize(rows)
+    summary["generate_seconds"] = round(seconds, 2)
+    summary["examples_per_second"] = round(len(examples) / seconds, 4) if seconds > 0 else 0.0
+    return summary, rows

@@ -1,0 +1,298 @@
+"""Experience-model stages: SFT of the reasoning experience model and its fidelity.
+
+``train_experience_model`` builds SFT examples (train split, neighbours retrieved from the
+replay buffer's seed version), fine-tunes the base model named by ``experience.model``,
+saves it to models/experience and registers it as ``experience-model@candidate``.
+``evaluate_fidelity`` measures eps_R and the next-state error of that model on held-out
+validation transitions (never the test split). Heavy imports stay inside the functions.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+from components.config import Config, ExperienceConfig, Paths
+from components.experience.dataset import (
+    ExperienceExample,
+    PromptSettings,
+    Retriever,
+    settings_for,
+)
+from components.schema import Trajectory, read_jsonl
+from components.stages.common import numbers, write_json
+
+log = logging.getLogger("dreamgym")
+
+REGISTERED_MODEL = "experience-model"
+CANDIDATE_ALIAS = "candidate"
+EXPERIENCE_METRICS = "experience.json"
+FIDELITY_METRICS = "fidelity.json"
+FIDELITY_TABLE = "fidelity/table.json"
+_NOT_IN_FINGERPRINT = {
+    "max_train_minutes",
+    "logging_steps",
+    "save_steps",
+    "eval_examples",
+    "max_new_tokens",
+    "gen_batch_size",
+    "temperature",
+}
+
+
+def model_dir(paths: Paths) -> Path:
+    """Where the trained experience model is saved (a DVC output)."""
+    return paths.root / "models" / "experience"
+
+
+def checkpoint_dir(paths: Paths) -> Path:
+    """Training checkpoints (outside the DVC output, so a re-run can resume)."""
+    return paths.root / "models" / "checkpoints" / "experience"
+
+
+def base_cache_dir(paths: Paths) -> Path:
+    """Cache of converted base models (SmolLM2 safetensors)."""
+    return paths.root / "models" / "base"
+
+
+def buffer_dir(paths: Paths) -> Path:
+    """The replay buffer built by the build_buffer stage."""
+    return paths.data / "buffer"
+
+
+def prompt_settings(cfg: Config) -> PromptSettings:
+    """The experience model's prompt shape after the ablation switches."""
+    return settings_for(
+        cfg.experience.history_len,
+        cfg.buffer.k,
+        no_history=cfg.ablation.no_history,
+        no_replay=cfg.ablation.no_replay,
+        no_reasoning=cfg.ablation.no_reasoning,
+    )
+
+
+def open_retriever(cfg: Config, paths: Paths, k: int) -> Retriever | None:
+    """Buffer-backed retrieval (seed version when tagged), or None when k = 0."""
+    if k == 0:
+        return None
+    from components.buffer import SEED_TAG, BufferVersionError, ReplayBuffer
+    from components.experience.dataset import buffer_retriever
+
+    path = buffer_dir(paths)
+    if not path.exists():
+        raise FileNotFoundError(
+            f"{path} missing: run `dreamgym build-buffer` (or set ablation.no_replay=true)"
+        )
+    buf = ReplayBuffer.open(path, cfg.buffer, create=False)
+    try:
+        # the seed version holds the real train transitions only: later synthetic rows
+        # must not change the experience model's training data
+        buf.checkout(SEED_TAG)
+    except BufferVersionError:
+        log.warning("buffer has no %r tag: retrieving from its latest version", SEED_TAG)
+    return buffer_retriever(buf, env=cfg.env.name)
+
+
+def _load_trajectories(paths: Paths) -> list[Trajectory]:
+    if not paths.trajectories_file.exists():
+        raise FileNotFoundError(f"{paths.trajectories_file} missing: run `dreamgym ingest`")
+    return list(read_jsonl(paths.trajectories_file, Trajectory))
+
+
+def _examples_digest(examples: list[ExperienceExample]) -> str:
+    h = hashlib.sha256()
+    for ex in examples:
+        h.update(json.dumps(ex.to_sft(), sort_keys=True).encode("utf-8"))
+    return h.hexdigest()[:16]
+
+
+def load_base_model(
+    ecfg: ExperienceConfig,
+    train: list[ExperienceExample],
+    base_cache: Path,
+    tokenizer_dir: Path,
+) -> tuple[Any, Any]:
+    """The base model and tokenizer named by ``experience.model``.
+
+    ``tiny`` trains its tokenizer on the train examples (train split only) and keeps it in
+    ``tokenizer_dir`` (next to the checkpoints: a resumed run needs the same vocabulary).
+    """
+    from components.lm.models import (
+        SMOLLM2,
+        SMOLLM2_CACHE_NAME,
+        TINY,
+        build_tiny_model,
+        load_hub_model,
+        load_smollm2,
+    )
+
+    if ecfg.model == SMOLLM2:
+        return load_smollm2(base_cache / SMOLLM2_CACHE_NAME)
+    if ecfg.model != TINY:
+        return load_hub_model(ecfg.model)
+    from transformers import AutoTokenizer
+
+    from components.experience.dataset import corpus
+    from components.lm.tokenizer import save_tokenizer, train_tokenizer
+
+    if (tokenizer_dir / "tokenizer.json").exists():
+        tokenizer = AutoTokenizer.from_pretrained(str(tokenizer_dir))
+    else:
+        tokenizer = train_tokenizer(corpus(train), ecfg.vocab_size)
+        save_tokenizer(tokenizer, tokenizer_dir)
+    model = build_tiny_model(
+        ecfg.tiny_preset, tokenizer, max_position_embeddings=2 * ecfg.max_length, seed=ecfg.seed
+    )
+    return model, tokenizer
+
+
+def train_experience_model(cfg: Config, paths: Paths) -> dict[str, Any]:
+    """Stage train_experience_model: SFT on train-split transitions, save and register."""
+    from components.experience.dataset import build_examples, select_transitions
+    from components.experience.sft import prepare_checkpoints, save_model, train_sft
+    from components.lm.models import count_parameters
+    from components.teacher.annotate import load_annotations
+    from components.tracking import register_model_dir, stage_run
+
+    ecfg = cfg.experience
+    settings = prompt_settings(cfg)
+    start = time.perf_counter()
+    trajectories = _load_trajectories(paths)
+    reasoning = load_annotations(paths.annotations_file) if settings.with_reasoning else None
+    if reasoning is not None and not reasoning:
+        raise FileNotFoundError(f"no annotations in {paths.annotations_file}: run annotate")
+    retriever = open_retriever(cfg, paths, settings.k)
+    pairs = select_transitions(trajectories, "train", ecfg.max_train_examples, ecfg.seed)
+    train, train_stats = build_examples(pairs, settings, reasoning, retriever)
+    eval_pairs = select_transitions(trajectories, "validation", ecfg.eval_loss_examples, ecfg.seed)
+    eval_examples, _ = (
+        build_examples(eval_pairs, settings, reasoning, retriever)
+        if ecfg.eval_loss_examples
+        else ([], {})
+    )
+    build_seconds = time.perf_counter() - start
+    log.info("built %d train examples in %.1f s: %s", len(train), build_seconds, train_stats)
+    fingerprint = {
+        # what defines the trained weights; budgets and logging knobs may change on resume
+        "experience": ecfg.model_dump(mode="json", exclude=_NOT_IN_FINGERPRINT),
+        "prompt": settings.as_dict(),
+        "examples": _examples_digest(train),
+    }
+    ckpt = checkpoint_dir(paths)
+    prepare_checkpoints(ckpt, fingerprint)
+    model, tokenizer = load_base_model(ecfg, train, base_cache_dir(paths), ckpt / "tokenizer")
+    n_params = count_parameters(model)
+    data = {
+        "trajectories": paths.trajectories_file,
+        "annotations": paths.annotations_file,
+        "buffer": buffer_dir(paths),
+    }
+    sections = ("experience", "ablation", "buffer")
+    with stage_run("train_experience_model", "experience", cfg, sections, paths.root, data) as run:
+        run.set_tags({"base_model": ecfg.model, "prompt": json.dumps(settings.as_dict())})
+        model, result = train_sft(
+            model,
+            tokenizer,
+            train,
+            ecfg,
+            ckpt,
+            fingerprint=fingerprint,
+            eval_examples=eval_examples,
+        )
+        meta = {
+            "base_model": ecfg.model,
+            "tiny_preset": ecfg.tiny_preset if ecfg.model == "tiny" else None,
+            "prompt": settings.as_dict(),
+            "max_length": ecfg.max_length,
+            "n_parameters": n_params,
+            "examples_digest": fingerprint["examples"],
+        }
+        out = model_dir(paths)
+        save_model(model, tokenizer, out, meta)
+        metrics: dict[str, Any] = {
+            **result.metrics(),
+            **{f"data_{k}": v for k, v in train_stats.items()},
+            "n_parameters": n_params,
+            "n_eval_loss_examples": len(eval_examples),
+            "build_seconds": round(build_seconds, 2),
+        }
+        run.log_metrics(metrics)
+        run.log_dict(result.log_history, "sft/log_history.json")
+        version = register_model_dir(
+            run,
+            out,
+            REGISTERED_MODEL,
+            aliases=(CANDIDATE_ALIAS,),
+            tags={"base_model": ecfg.model, "profile": cfg.profile},
+        )
+        run.set_tags({"registered_model": f"{REGISTERED_MODEL}/{version}"})
+    write_json(paths.metrics / EXPERIENCE_METRICS, numbers(metrics))
+    shutil.rmtree(ckpt, ignore_errors=True)  # finished: the next run starts fresh
+    log.info("experience model (%s) trained: %s", ecfg.model, result.metrics())
+    return {**metrics, "registered_version": version, "model_dir": str(out)}
+
+
+def evaluate_fidelity(cfg: Config, paths: Paths) -> dict[str, Any]:
+    """Stage evaluate_fidelity: eps_R and next-state error on validation transitions."""
+    from components.evaluation.fidelity import evaluate_fidelity as score
+    from components.experience.dataset import build_examples, select_transitions
+    from components.experience.sft import load_meta
+    from components.lm.generate import Generator
+    from components.lm.models import load_pretrained_dir
+    from components.tracking import stage_run, tag_model_alias
+
+    ecfg = cfg.experience
+    mdir = model_dir(paths)
+    meta = load_meta(mdir)
+    settings = PromptSettings(**meta["prompt"])  # exactly what the model was trained on
+    trajectories = _load_trajectories(paths)
+    retriever = open_retriever(cfg, paths, settings.k)
+    pairs = select_transitions(trajectories, "validation", ecfg.eval_examples, ecfg.seed)
+    # only next state and reward are scored: no teacher traces needed (nor read)
+    examples, stats = build_examples(pairs, settings, None, retriever, require_reasoning=False)
+    model, tokenizer = load_pretrained_dir(mdir)
+    generator = Generator(model, tokenizer)
+
+    def generate(prompts: list[list[dict[str, str]]]) -> list[str]:
+        return generator.generate(
+            prompts,
+            max_new_tokens=ecfg.max_new_tokens,
+            temperature=ecfg.temperature,
+            batch_size=ecfg.gen_batch_size,
+            seed=ecfg.seed,
+        )
+
+    data = {"trajectories": paths.trajectories_file, "model": mdir, "buffer": buffer_dir(paths)}
+    sections = ("experience", "ablation", "buffer")
+    with stage_run("evaluate_fidelity", "experience", cfg, sections, paths.root, data) as run:
+        summary, rows = score(generate, examples, with_reasoning=settings.with_reasoning)
+        summary["leaks_dropped"] = stats["leaks_dropped"]
+        run.set_tags({"base_model": meta.get("base_model"), "split": "validation"})
+        run.log_metrics(numbers(summary))
+        run.log_dict(rows, FIDELITY_TABLE)
+        run.log_dict(summary, "fidelity/summary.json")  # with the malformed-reason counts
+        version = tag_model_alias(
+            REGISTERED_MODEL,
+            CANDIDATE_ALIAS,
+            {
+                "fidelity.eps_R": round(summary["eps_R"], 4),
+                "fidelity.state_token_f1": round(summary["state_token_f1"], 4),
+                "fidelity.malformed_rate": round(summary["malformed_rate"], 4),
+                "fidelity.n": summary["n"],
+                "fidelity.run_id": run.run_id,
+            },
+        )
+    write_json(paths.metrics / FIDELITY_METRICS, numbers(summary))
+    log.info(
+        "fidelity on %d validation transitions: eps_R %.3f, state F1 %.3f, malformed %.3f",
+        summary["n"],
+        summary["eps_R"],
+        summary["state_token_f1"],
+        summary["malformed_rate"],
+    )
+    return {**summary, "registered_version": version}

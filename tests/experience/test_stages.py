@@ -1,0 +1,61 @@
+"""The two stages end to end on a tiny model: trained, saved, registered, measured."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from components.config import AblationConfig, Paths, load_config
+from components.schema import write_jsonl
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.integration
+def test_train_then_evaluate_fidelity(tmp_path, trajectories, reasoning):
+    import mlflow
+
+    from components.stages.experience import (
+        REGISTERED_MODEL,
+        checkpoint_dir,
+        evaluate_fidelity,
+        model_dir,
+        train_experience_model,
+    )
+
+    cfg = load_config(ROOT / "params.yaml", profile="ci")
+    cfg = cfg.model_copy(
+        update={
+            "ablation": AblationConfig(no_replay=True),  # no buffer needed
+            "experience": cfg.experience.model_copy(update={"eval_examples": 4}),
+        }
+    )
+    paths = Paths(tmp_path)
+    write_jsonl(paths.trajectories_file, trajectories)
+    paths.annotations_file.parent.mkdir(parents=True)
+    paths.annotations_file.write_text(
+        "".join(json.dumps({"id": i, "reasoning": r}) + "\n" for i, r in reasoning.items())
+    )
+
+    trained = train_experience_model(cfg, paths)
+    out = model_dir(paths)
+    meta = json.loads((out / "experience_model.json").read_text())
+    assert meta["prompt"] == {"history_len": 2, "k": 0, "with_reasoning": True}
+    assert (out / "model.safetensors").exists() and (out / "tokenizer.json").exists()
+    assert trained["train_steps"] == cfg.experience.max_steps
+    assert not checkpoint_dir(paths).exists()  # finished runs leave no checkpoints behind
+    assert json.loads((paths.metrics / "experience.json").read_text())["n_parameters"] > 0
+
+    summary = evaluate_fidelity(cfg, paths)
+    assert summary["n"] == 4
+    assert 0 <= summary["eps_R"] <= 1 and 0 <= summary["malformed_rate"] <= 1
+    saved = json.loads((paths.metrics / "fidelity.json").read_text())
+    assert saved["n"] == 4 and "malformed_reasons" not in saved  # numbers only
+
+    client = mlflow.MlflowClient()
+    version = client.get_model_version_by_alias(REGISTERED_MODEL, "candidate")
+    assert str(version.version) == trained["registered_version"] == summary["registered_version"]
+    assert version.source.startswith("runs:/") and version.source.endswith("/model")
+    assert version.tags["fidelity.n"] == "4"
