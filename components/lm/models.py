@@ -155,13 +155,18 @@ def load_hub_model(
 
 
 def load_pretrained_dir(path: Path) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
-    """A saved model + tokenizer directory (e.g. models/experience)."""
+    """A saved model + tokenizer directory (e.g. models/experience), on the GPU if any."""
+    import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     if not (path / "config.json").exists():
         raise FileNotFoundError(f"no model under {path}: train it first")
+    cuda = torch.cuda.is_available()
+    dtype = "bfloat16" if cuda and torch.cuda.is_bf16_supported() else "float32"
     tokenizer = AutoTokenizer.from_pretrained(str(path))
-    model = AutoModelForCausalLM.from_pretrained(str(path))
+    model = AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype)
+    if cuda:
+        model = model.to("cuda")
     _sync_generation_config(model, tokenizer)
     return model, tokenizer
 
