@@ -1,0 +1,1 @@
+"""The agent: policy format, baselines (SFT, DPO), multi-turn RL (GRPO, PPO), evaluation."""
