@@ -141,19 +141,32 @@ def annotate(
 
 @app.command("train-experience-model")
 def train_experience_model(
-    params: ParamsOpt = Path(PARAMS_FILE), profile: ProfileOpt = None, root: RootOpt = Path(".")
+    variant: Annotated[
+        str,
+        typer.Option(
+            help="full: the pipeline's model (registered as experience-model@candidate); "
+            "no_reasoning / no_history / no_replay: one ablation on, for the fidelity table"
+        ),
+    ] = "full",
+    params: ParamsOpt = Path(PARAMS_FILE),
+    profile: ProfileOpt = None,
+    root: RootOpt = Path("."),
 ) -> None:
-    """SFT of the reasoning experience model (resumable); register experience-model@candidate."""
+    """SFT of the reasoning experience model (resumable after an interruption)."""
+    from functools import partial
+
     from components.stages import experience as stages
 
-    _run(stages.train_experience_model, params, profile, root)
+    if variant not in stages.VARIANTS:
+        raise typer.BadParameter(f"{variant!r} is not one of {', '.join(stages.VARIANTS)}")
+    _run(partial(stages.train_experience_model, variant=variant), params, profile, root)
 
 
 @app.command("evaluate-fidelity")
 def evaluate_fidelity(
     params: ParamsOpt = Path(PARAMS_FILE), profile: ProfileOpt = None, root: RootOpt = Path(".")
 ) -> None:
-    """Measure the experience model's eps_R and next-state error on validation transitions."""
+    """Fidelity of every trained variant on validation transitions (+ open-loop rollouts)."""
     from components.stages import experience as stages
 
     _run(stages.evaluate_fidelity, params, profile, root)

@@ -131,6 +131,9 @@ class TeacherConfig(_Section):
         "grounded", description="grounded: offline, from simulator ground truth"
     )
     model: str = Field("gpt-4o", description="model name for openai/hf backends")
+    style: Literal["full", "concise"] = Field(
+        "full", description="grounded: full trace, or a short one for small experience models"
+    )
     base_url: str | None = Field(None, description="OpenAI-compatible server URL (vLLM etc.)")
     api_key_env: str = Field("OPENAI_API_KEY", description="env var holding the API key")
     concurrency: int = Field(8, ge=1, description="parallel requests (openai backend)")
@@ -199,7 +202,235 @@ class ExperienceConfig(_Section):
     max_new_tokens: int = Field(512, ge=8, description="generation cap per answer")
     gen_batch_size: int = Field(8, ge=1, description="prompts per generate call")
     temperature: float = Field(0.0, ge=0, description="fidelity decoding (0 = greedy)")
+    open_loop_episodes: int = Field(
+        20, ge=0, description="validation episodes rolled out open-loop by the full model"
+    )
+    open_loop_horizon: int = Field(5, ge=1, description="depth of the open-loop rollouts")
     seed: int = Field(0, description="data subset, init and training seed")
+
+
+class SyntheticEnvConfig(_Section):
+    """The synthetic environment driven by the experience model (DreamGym's simulator)."""
+
+    max_steps: int = Field(30, ge=1, description="step limit per synthetic episode")
+    history_len: int = Field(2, ge=0, description="previous steps in the prompt (0 = none)")
+    k: int = Field(3, ge=0, description="retrieved transitions per step (0 = no replay)")
+    temperature: float = Field(0.0, ge=0, description="decoding temperature (0 = greedy)")
+    top_p: float = Field(1.0, gt=0, le=1, description="nucleus sampling when temperature > 0")
+    resample_temperature: float = Field(
+        0.7, gt=0, description="temperature of the one resample after a malformed answer"
+    )
+    max_new_tokens: int = Field(384, ge=8, description="generation cap per answer")
+    gen_batch_size: int = Field(32, ge=1, description="prompts per forward batch")
+    seed: int = Field(0, description="sampling seed")
+
+
+class CurriculumConfig(_Section):
+    """Curriculum task generation: variance-based seeds, lambda mixing, PPO clusters."""
+
+    batch_size: int = Field(16, ge=1, description="tasks per iteration's task batch")
+    n_rollouts: int = Field(8, ge=1, description="rollouts per task (the GRPO group)")
+    lambda_generated: float = Field(
+        0.25, ge=0, le=1, description="max share of generated tasks per batch (floor)"
+    )
+    seeds_per_iteration: int = Field(4, ge=0, description="highest-variance tasks used as seeds")
+    variants_per_seed: int = Field(2, ge=0, description="variants generated per seed task")
+    min_variance: float = Field(
+        0.0, ge=0, le=0.25, description="seeds need a reward variance above this"
+    )
+    min_task_chars: int = Field(12, ge=1, description="shortest acceptable generated task")
+    max_task_chars: int = Field(400, ge=1, description="longest acceptable generated task")
+    task_temperature: float = Field(0.8, gt=0, description="sampling temperature of variants")
+    task_max_new_tokens: int = Field(96, ge=8, description="generation cap per task/state")
+    n_clusters: int = Field(8, ge=1, description="PPO: k-means clusters of task embeddings")
+    variance_bins: int = Field(5, ge=1, description="bins of the logged variance histogram")
+    seed: int = Field(0, description="selection, sampling and k-means seed")
+
+
+class PolicySFTConfig(_Section):
+    """SFT baseline: behaviour cloning on successful offline train-split trajectories."""
+
+    policies: tuple[Literal["expert", "noisy", "random"], ...] = Field(
+        ("expert", "noisy", "random"),
+        description="collecting policies whose successful episodes are cloned",
+    )
+    skip_invalid: bool = Field(True, description="drop steps whose action was inadmissible")
+    max_train_examples: int | None = Field(
+        None, ge=1, description="seeded subset of the SFT examples (None = all)"
+    )
+    eval_loss_examples: int = Field(
+        32, ge=0, description="validation examples for the teacher-forced eval loss"
+    )
+    epochs: float = Field(1.0, gt=0, description="passes over the examples")
+    max_steps: int = Field(-1, description="optimizer steps (-1 = use epochs)")
+    max_train_minutes: float | None = Field(
+        None, gt=0, description="stop training (and save) after this wall-clock budget"
+    )
+    learning_rate: float = Field(1e-3, gt=0)
+    batch_size: int = Field(8, ge=1, description="sequences per device step")
+    grad_accum: int = Field(1, ge=1, description="gradient accumulation steps")
+    warmup_ratio: float = Field(0.05, ge=0, lt=1)
+    weight_decay: float = Field(0.0, ge=0)
+    logging_steps: int = Field(10, ge=1)
+    save_steps: int = Field(100, ge=1, description="checkpoint interval (resume after a kill)")
+
+
+class PolicyDPOConfig(_Section):
+    """DPO baseline: preferred vs rejected actions from the same offline state."""
+
+    max_rejected_per_state: int = Field(
+        3, ge=1, description="rejected actions paired with one state's chosen action"
+    )
+    max_pairs: int | None = Field(None, ge=1, description="seeded subset of pairs (None = all)")
+    beta: float = Field(0.1, gt=0, description="strength of the pull to the SFT reference")
+    loss_type: Literal["sigmoid", "ipo", "hinge"] = Field("sigmoid", description="DPO loss")
+    epochs: float = Field(1.0, gt=0, description="passes over the pairs")
+    max_steps: int = Field(-1, description="optimizer steps (-1 = use epochs)")
+    max_train_minutes: float | None = Field(
+        None, gt=0, description="stop training (and save) after this wall-clock budget"
+    )
+    learning_rate: float = Field(1e-4, gt=0)
+    batch_size: int = Field(8, ge=1, description="pairs per device step")
+    grad_accum: int = Field(1, ge=1, description="gradient accumulation steps")
+    warmup_ratio: float = Field(0.05, ge=0, lt=1)
+    logging_steps: int = Field(10, ge=1)
+    save_steps: int = Field(100, ge=1, description="checkpoint interval (resume after a kill)")
+
+
+class PolicyEvalConfig(_Section):
+    """Evaluation of a policy on the held-out real test tasks."""
+
+    seeds: tuple[int, ...] = Field(
+        (0,), min_length=1, description="evaluation seeds (greedy decoding runs only the first)"
+    )
+    temperature: float = Field(0.0, ge=0, description="decoding temperature (0 = greedy)")
+    max_new_tokens: int = Field(64, ge=8, description="generation cap per decision")
+    gen_batch_size: int = Field(16, ge=1, description="prompts per generate call")
+    parallel_envs: int = Field(8, ge=1, description="episodes stepped together (one env each)")
+
+
+class AgentConfig(_Section):
+    """The agent policy: base model, prompt shape, SFT/DPO baselines and evaluation."""
+
+    model: str = Field(
+        "tiny", description="tiny (from a config) | smollm2 (packaged GGUF) | hub name/path"
+    )
+    tiny_preset: Literal["nano", "micro", "mini", "small"] = Field(
+        "micro", description="size preset of the from-scratch model (model=tiny)"
+    )
+    vocab_size: int = Field(2048, ge=300, description="BPE vocabulary trained for model=tiny")
+    history_len: int = Field(2, ge=0, description="previous (action, feedback) steps shown")
+    with_reasoning: bool = Field(True, description="answer <think>...</think> before <action>")
+    show_admissible: bool = Field(True, description="show the admissible actions, if known")
+    max_admissible: int = Field(40, ge=1, description="admissible actions shown at most")
+    max_length: int = Field(
+        1024, ge=64, description="max prompt+answer tokens; longer examples are dropped"
+    )
+    bf16: bool | None = Field(
+        None, description="bf16 autocast (None = on a CUDA GPU that supports it)"
+    )
+    lora: bool = Field(False, description="train LoRA adapters (merged before saving)")
+    lora_r: int = Field(16, ge=1)
+    lora_alpha: int = Field(32, ge=1)
+    seed: int = Field(0, description="data subsets, init and training seed")
+    sft: PolicySFTConfig = PolicySFTConfig()
+    dpo: PolicyDPOConfig = PolicyDPOConfig()
+    eval: PolicyEvalConfig = PolicyEvalConfig()
+
+
+class JudgeConfig(_Section):
+    """Judge of synthetic trajectories: the paper's four criteria on a 0/1/2 rubric."""
+
+    backend: Literal["grounded", "openai"] = Field(
+        "grounded", description="grounded: replay in the real simulator (offline); openai: LLM"
+    )
+    n_trajectories: int = Field(100, ge=1, description="seeded sample judged per variant")
+    seed: int = Field(0, description="sampling seed")
+    consistency_f1_high: float = Field(
+        0.9, gt=0, le=1, description="grounded: next-state token F1 scored 2 (reward right)"
+    )
+    consistency_f1_low: float = Field(
+        0.5, ge=0, le=1, description="grounded: next-state token F1 scored 1 (reward right)"
+    )
+    hallucination_tolerance: float = Field(
+        0.25, ge=0, le=1, description="grounded: share of unknown entities still scored 1"
+    )
+    informativeness_recall: float = Field(
+        0.5, gt=0, le=1, description="grounded: recall of the real effect that counts as carried"
+    )
+    diversity_high: float = Field(
+        0.6, gt=0, le=1, description="distinct next states/actions per transition scored 2"
+    )
+    diversity_low: float = Field(
+        0.3, ge=0, le=1, description="distinct next states/actions per transition scored 1"
+    )
+    max_steps_shown: int = Field(30, ge=1, description="openai: steps shown per trajectory")
+    max_state_chars: int = Field(800, ge=50, description="openai: characters shown per state")
+    model: str = Field("gpt-4o", description="openai: judge model")
+    base_url: str | None = Field(None, description="openai: compatible server URL (vLLM etc.)")
+    api_key_env: str = Field("OPENAI_API_KEY", description="env var holding the API key")
+    concurrency: int = Field(8, ge=1, description="openai: parallel requests")
+    max_retries: int = Field(5, ge=0, description="openai: retries (timeouts, 429/5xx, malformed)")
+    timeout_s: float = Field(60.0, gt=0, description="openai: per-request timeout")
+    max_cost_usd: float | None = Field(
+        5.0, ge=0, description="openai: per run, stop before a request that could exceed it"
+    )
+    max_tokens: int = Field(256, ge=16, description="openai: max completion tokens per verdict")
+    temperature: float = Field(0.0, ge=0, description="openai: sampling temperature")
+    backoff_base_s: float = Field(1.0, gt=0, description="openai: first retry delay (doubles)")
+    backoff_max_s: float = Field(60.0, gt=0, description="openai: cap on one retry delay")
+    price_input_per_mtok: float | None = Field(None, ge=0, description="USD per 1M prompt tokens")
+    price_output_per_mtok: float | None = Field(None, ge=0, description="USD per 1M output tokens")
+
+    @model_validator(mode="after")
+    def _ordered(self) -> JudgeConfig:
+        if self.consistency_f1_low > self.consistency_f1_high:
+            raise ValueError("consistency_f1_low must be <= consistency_f1_high")
+        if self.diversity_low > self.diversity_high:
+            raise ValueError("diversity_low must be <= diversity_high")
+        return self
+
+
+class DriftConfig(_Section):
+    """Drift of synthetic from real transitions (Evidently), per co-evolution iteration."""
+
+    embedder: Literal["hashing", "wordllama", "minilm", "none"] = Field(
+        "wordllama", description="embeddings of (task, state, action); hashing: no model"
+    )
+    embedding_components: int = Field(
+        2, ge=0, description="principal components tested besides the centroid distance"
+    )
+    max_rows: int = Field(2000, ge=10, description="seeded subsample of transitions per side")
+    min_vocab_episodes: int = Field(
+        2, ge=1, description="a word is in the real vocabulary if this many real episodes use it"
+    )
+    drift_share: float = Field(
+        0.5, gt=0, le=1, description="overall drift flag: share of drifted features >= this"
+    )
+    num_method: str | None = Field(None, description="Evidently stat test, numeric (None: auto)")
+    cat_method: str | None = Field(None, description="Evidently stat test, categorical")
+    threshold: float | None = Field(None, gt=0, description="stat-test threshold (None: default)")
+    seed: int = Field(0, description="subsampling seed")
+
+
+class ReportConfig(_Section):
+    """The pipeline's markdown + PNG summary."""
+
+    title: str = Field("DreamGym pipeline report", min_length=1)
+    dpi: int = Field(100, ge=30, le=300, description="resolution of the PNG plots")
+    paper_reference: bool = Field(True, description="add the paper's Table-1 numbers")
+
+
+class PromotionConfig(_Section):
+    """When a registered candidate model replaces the champion (components/evaluation)."""
+
+    margin: float = Field(
+        0.02, ge=0, description="the candidate must beat the champion's held-out metric by this"
+    )
+    policy_metric: str = Field("success", description="held-out metric of the policy")
+    experience_metric: str = Field(
+        "fidelity_score", description="held-out metric of the experience model"
+    )
 
 
 class Config(_Section):
@@ -215,6 +446,13 @@ class Config(_Section):
     buffer: BufferConfig = BufferConfig()
     teacher: TeacherConfig = TeacherConfig()
     experience: ExperienceConfig = ExperienceConfig()
+    synthetic: SyntheticEnvConfig = SyntheticEnvConfig()
+    curriculum: CurriculumConfig = CurriculumConfig()
+    agent: AgentConfig = AgentConfig()
+    judge: JudgeConfig = JudgeConfig()
+    drift: DriftConfig = DriftConfig()
+    report: ReportConfig = ReportConfig()
+    promotion: PromotionConfig = PromotionConfig()
 
     def section(self, name: str) -> dict[str, Any]:
         """One section as plain data (for logging params)."""

@@ -3,9 +3,13 @@
 The observation is a compact abstract state, never the transcript::
 
     Location: Office
-    <room description, banners and status lines removed, whitespace collapsed>
-    Inventory: a mop
+    Exits: north. The desk is open and contains a key. On the floor: a mop.
+    Inventory: a teaspoon
     Feedback: <the game's answer to the last action>
+
+The middle line is rendered from the game's facts (textworld_state.py): only what is
+visible from the room, without the flavour text of TextWorld's descriptions
+(``state_format="description"`` keeps the game's own description instead).
 
 Rewards are outcome-only: 1 on the step that wins the game, else 0. An episode is
 ``terminated`` when the game is won or lost and ``truncated`` after ``max_steps`` steps.
@@ -21,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from components.envs.base import ADMISSIBLE, FEEDBACK, LOST, VALID, WON, EnvError, StepResult
+from components.envs.textworld_state import compact_description, compact_inventory
 from components.schema import Task
 
 ENV_NAME = "textworld"
@@ -35,6 +40,7 @@ _CARRYING = re.compile(r"^You are carrying:?\s*(.*?)\.?$", re.IGNORECASE)
 _WS = re.compile(r"\s+")
 _CHAINED = re.compile(r"[.;,]|\bthen\b", re.IGNORECASE)  # Inform7 command separators
 CHAINED_FEEDBACK = "One command at a time, please."
+STATE_FORMATS = ("compact", "description")
 
 
 def _collapse(text: str) -> str:
@@ -83,10 +89,15 @@ class TextWorldEnv:
 
     name = ENV_NAME
 
-    def __init__(self, max_steps: int, root: Path | None = None) -> None:
+    def __init__(
+        self, max_steps: int, root: Path | None = None, state_format: str = "compact"
+    ) -> None:
         if max_steps < 1:
             raise ValueError("max_steps must be >= 1")
+        if state_format not in STATE_FORMATS:
+            raise ValueError(f"state_format must be one of {STATE_FORMATS}")
         self.max_steps = max_steps
+        self.state_format = state_format
         self.root = Path(root) if root is not None else None
         self._tw: Any = None  # the textworld environment, reused while the game is the same
         self._game_path: str | None = None
@@ -124,6 +135,7 @@ class TextWorldEnv:
             won=True,
             lost=True,
             objective=True,
+            facts=self.state_format == "compact",
         )
         try:
             self._tw = textworld.start(str(path), request_infos=infos)
@@ -267,6 +279,10 @@ class TextWorldEnv:
     def _observe(self, state: Any, feedback: str) -> tuple[str, str]:
         location, description = split_description(state.get("description"))
         inventory = clean_inventory(state.get("inventory"))
+        shown_description, shown_inventory = description, inventory
+        if self.state_format == "compact" and state.get("facts") is not None:
+            shown_description = compact_description(state["facts"])
+            shown_inventory = compact_inventory(state["facts"])
         # Moving or looking answers with the room description, already in the state: keep
         # only what the feedback adds to it.
         rest = feedback
@@ -275,7 +291,7 @@ class TextWorldEnv:
                 rest = rest.replace(part, " ")
         rest = _collapse(rest)
         shown = rest or f"You are in the {location}."
-        return render_state(location, description, inventory, shown), location
+        return render_state(location, shown_description, shown_inventory, shown), location
 
     def _info(self, state: Any, feedback: str, location: str, valid: bool) -> dict[str, Any]:
         return {

@@ -7,8 +7,16 @@ with what the real environment did:
   reward error). A malformed answer counts as a reward error: in use it ends the
   episode as a failure, so it is not a faithful transition. Reported with a 95% Wilson
   interval and per true-reward class (rewards are rare: ~5% are 1).
-- next-state error (an eps_P proxy): exact match after normalisation, token F1, and
-  the malformed-output rate. A "copy the current state" baseline puts them in context.
+- ``reward_accuracy`` (1 - eps_R) and ``success_f1`` (reward 1 is the positive class;
+  a malformed answer counts as predicting failure).
+- ``invalid_action_accuracy``: on transitions whose action the real env rejected, the
+  share where the model predicts an unchanged world (location, surroundings, inventory)
+  and reward 0.
+- next state: exact match after normalisation (``state_exact_match``), token F1
+  (``state_soft_match``), and ``eps_P``: the total-variation distance between the
+  predicted and the real next-state distributions over a fixed bucketing of states
+  (location + inventory; a malformed answer is its own bucket). A "copy the current
+  state" baseline puts them in context.
 
 Nothing is guessed from a malformed answer: it is counted with its reason.
 """
@@ -58,6 +66,32 @@ def wilson_interval(errors: int, n: int, z: float = 1.96) -> tuple[float, float]
     return max(0.0, centre - half), min(1.0, centre + half)
 
 
+def world_part(state: str) -> str:
+    """The state without its feedback line (what an action changes or leaves unchanged)."""
+    lines = [ln for ln in state.splitlines() if not ln.lower().startswith("feedback:")]
+    return normalize_state("\n".join(lines))
+
+
+def state_bucket(state: str) -> str:
+    """The coarse bucket of a state for eps_P: its location and inventory lines."""
+    keep = [
+        normalize_state(ln)
+        for ln in state.splitlines()
+        if ln.lower().startswith(("location:", "inventory:"))
+    ]
+    return " | ".join(keep) or normalize_state(state)[:80]
+
+
+MALFORMED_BUCKET = "<malformed>"
+
+
+def total_variation(predicted: Sequence[str], real: Sequence[str]) -> float:
+    """Total-variation distance between two empirical distributions over buckets."""
+    p, q = Counter(predicted), Counter(real)
+    n_p, n_q = max(len(predicted), 1), max(len(real), 1)
+    return 0.5 * sum(abs(p[b] / n_p - q[b] / n_q) for b in set(p) | set(q))
+
+
 def score_prediction(example: ExperienceExample, output: str, with_reasoning: bool) -> dict:
     """One row of the fidelity table: the parse outcome and the errors of one answer."""
     row: dict[str, Any] = {
@@ -71,6 +105,8 @@ def score_prediction(example: ExperienceExample, output: str, with_reasoning: bo
         "output": output,
         "copy_state_em": normalize_state(example.state) == normalize_state(example.next_state),
         "copy_state_f1": token_f1(example.state, example.next_state),
+        "valid_true": example.valid_action,
+        "bucket_true": state_bucket(example.next_state),
     }
     try:
         pred = parse_answer(output, with_reasoning=with_reasoning)
@@ -83,6 +119,8 @@ def score_prediction(example: ExperienceExample, output: str, with_reasoning: bo
             "reward_error": True,
             "state_em": False,
             "state_f1": 0.0,
+            "pred_unchanged": False,
+            "bucket_pred": MALFORMED_BUCKET,
         }
     return {
         **row,
@@ -92,6 +130,8 @@ def score_prediction(example: ExperienceExample, output: str, with_reasoning: bo
         "reward_error": pred.reward != example.reward,
         "state_em": normalize_state(pred.next_state) == normalize_state(example.next_state),
         "state_f1": token_f1(pred.next_state, example.next_state),
+        "pred_unchanged": world_part(pred.next_state) == world_part(example.state),
+        "bucket_pred": state_bucket(pred.next_state),
     }
 
 
@@ -121,12 +161,41 @@ def summarize(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
         sub = [r for r in rows if r["reward_true"] == cls]
         out[f"n_reward_{cls}"] = len(sub)
         out[f"eps_R_reward_{cls}"] = sum(r["reward_error"] for r in sub) / len(sub) if sub else None
+    out.update(_contract_metrics(rows, out))
     # one number to compare models: reward right and state right, malformed = 0 for both
     out["fidelity_score"] = 0.5 * (1 - out["eps_R"]) + 0.5 * out["state_token_f1"]
     out["malformed_reasons"] = dict(
         Counter(_reason(r["error"]) for r in rows if r["malformed"]).most_common()
     )
     return out
+
+
+def _contract_metrics(rows: Sequence[dict[str, Any]], out: dict[str, Any]) -> dict[str, Any]:
+    """The metrics-contract names (reward accuracy, success F1, invalid actions, eps_P)."""
+    tp = sum(1 for r in rows if r["reward_true"] == 1 and r["reward_pred"] == 1)
+    fp = sum(1 for r in rows if r["reward_true"] == 0 and r["reward_pred"] == 1)
+    fn = sum(1 for r in rows if r["reward_true"] == 1 and r["reward_pred"] != 1)
+    invalid = [r for r in rows if not r.get("valid_true", True)]
+    invalid_ok = sum(1 for r in invalid if r["pred_unchanged"] and r["reward_pred"] == 0)
+    return {
+        "n_transitions": len(rows),
+        "reward_accuracy": 1 - out["eps_R"],
+        "success_f1": 2 * tp / (2 * tp + fp + fn) if tp + fp + fn else 1.0,
+        "n_invalid_actions": len(invalid),
+        "invalid_action_accuracy": invalid_ok / len(invalid) if invalid else None,
+        "state_soft_match": out["state_token_f1"],
+        "eps_P": total_variation(
+            [r["bucket_pred"] for r in rows], [r["bucket_true"] for r in rows]
+        ),
+        "eps_P_pointwise": sum(r["bucket_pred"] != r["bucket_true"] for r in rows) / len(rows),
+    }
+
+
+def worst_rows(rows: Sequence[dict[str, Any]], n: int = 10) -> list[dict[str, Any]]:
+    """The ``n`` worst predictions: malformed first, then reward errors, then lowest F1."""
+    return sorted(rows, key=lambda r: (not r["malformed"], not r["reward_error"], r["state_f1"]))[
+        :n
+    ]
 
 
 def _reason(error: str) -> str:

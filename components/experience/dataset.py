@@ -56,6 +56,7 @@ class ExperienceExample:
     action: str
     next_state: str
     reward: int
+    valid_action: bool = True
     retrieved_ids: tuple[str, ...] = ()
     retrieved_episodes: tuple[str, ...] = ()
     context: StepContext | None = field(default=None, repr=False)
@@ -200,6 +201,7 @@ def _example(
         action=step.action,
         next_state=step.next_state,
         reward=step.reward,
+        valid_action=step.valid_action,
         retrieved_ids=tuple(t.id for t in retrieved),
         retrieved_episodes=tuple(t.episode_id for t in retrieved),
         context=ctx,

@@ -29,9 +29,11 @@ from components.stages.common import numbers, write_json
 
 log = logging.getLogger("dreamgym")
 
+# the fidelity comparison: the pipeline's model ("full") and one ablation switch each
+VARIANTS = ("full", "no_reasoning", "no_history", "no_replay")
 REGISTERED_MODEL = "experience-model"
 CANDIDATE_ALIAS = "candidate"
-EXPERIENCE_METRICS = "experience.json"
+EXPERIENCE_METRICS_DIR = "experience"
 FIDELITY_METRICS = "fidelity.json"
 FIDELITY_TABLE = "fidelity/table.json"
 _NOT_IN_FINGERPRINT = {
@@ -45,14 +47,20 @@ _NOT_IN_FINGERPRINT = {
 }
 
 
-def model_dir(paths: Paths) -> Path:
-    """Where the trained experience model is saved (a DVC output)."""
-    return paths.root / "models" / "experience"
+def model_dir(paths: Paths, variant: str = "full") -> Path:
+    """Where a trained experience model is saved (a DVC output per variant)."""
+    return paths.root / "models" / "experience" / _checked(variant)
 
 
-def checkpoint_dir(paths: Paths) -> Path:
+def checkpoint_dir(paths: Paths, variant: str = "full") -> Path:
     """Training checkpoints (outside the DVC output, so a re-run can resume)."""
-    return paths.root / "models" / "checkpoints" / "experience"
+    return paths.root / "models" / "checkpoints" / "experience" / _checked(variant)
+
+
+def _checked(variant: str) -> str:
+    if variant not in VARIANTS:
+        raise ValueError(f"unknown variant {variant!r}; known: {VARIANTS}")
+    return variant
 
 
 def base_cache_dir(paths: Paths) -> Path:
@@ -65,14 +73,14 @@ def buffer_dir(paths: Paths) -> Path:
     return paths.data / "buffer"
 
 
-def prompt_settings(cfg: Config) -> PromptSettings:
-    """The experience model's prompt shape after the ablation switches."""
+def prompt_settings(cfg: Config, variant: str = "full") -> PromptSettings:
+    """The prompt shape after the pipeline's ablation switches and the variant's own."""
     return settings_for(
         cfg.experience.history_len,
         cfg.buffer.k,
-        no_history=cfg.ablation.no_history,
-        no_replay=cfg.ablation.no_replay,
-        no_reasoning=cfg.ablation.no_reasoning,
+        no_history=cfg.ablation.no_history or variant == "no_history",
+        no_replay=cfg.ablation.no_replay or variant == "no_replay",
+        no_reasoning=cfg.ablation.no_reasoning or _checked(variant) == "no_reasoning",
     )
 
 
@@ -151,8 +159,12 @@ def load_base_model(
     return model, tokenizer
 
 
-def train_experience_model(cfg: Config, paths: Paths) -> dict[str, Any]:
-    """Stage train_experience_model: SFT on train-split transitions, save and register."""
+def train_experience_model(cfg: Config, paths: Paths, variant: str = "full") -> dict[str, Any]:
+    """Stage train_experience_model: SFT on train-split transitions, save (and register).
+
+    ``full`` is the pipeline's model (registered as experience-model@candidate, used by
+    the synthetic env); the other variants switch one ablation on for the fidelity table.
+    """
     from components.experience.dataset import build_examples, select_transitions
     from components.experience.sft import prepare_checkpoints, save_model, train_sft
     from components.lm.models import count_parameters
@@ -160,7 +172,7 @@ def train_experience_model(cfg: Config, paths: Paths) -> dict[str, Any]:
     from components.tracking import register_model_dir, stage_run
 
     ecfg = cfg.experience
-    settings = prompt_settings(cfg)
+    settings = prompt_settings(cfg, variant)
     start = time.perf_counter()
     trajectories = _load_trajectories(paths)
     reasoning = load_annotations(paths.annotations_file) if settings.with_reasoning else None
@@ -183,7 +195,7 @@ def train_experience_model(cfg: Config, paths: Paths) -> dict[str, Any]:
         "prompt": settings.as_dict(),
         "examples": _examples_digest(train),
     }
-    ckpt = checkpoint_dir(paths)
+    ckpt = checkpoint_dir(paths, variant)
     prepare_checkpoints(ckpt, fingerprint)
     model, tokenizer = load_base_model(ecfg, train, base_cache_dir(paths), ckpt / "tokenizer")
     n_params = count_parameters(model)
@@ -193,8 +205,15 @@ def train_experience_model(cfg: Config, paths: Paths) -> dict[str, Any]:
         "buffer": buffer_dir(paths),
     }
     sections = ("experience", "ablation", "buffer")
-    with stage_run("train_experience_model", "experience", cfg, sections, paths.root, data) as run:
-        run.set_tags({"base_model": ecfg.model, "prompt": json.dumps(settings.as_dict())})
+    stage = "train_experience_model" + ("" if variant == "full" else f"@{variant}")
+    with stage_run(stage, "experience", cfg, sections, paths.root, data) as run:
+        run.set_tags(
+            {
+                "base_model": ecfg.model,
+                "prompt": json.dumps(settings.as_dict()),
+                "variant": variant,
+            }
+        )
         model, result = train_sft(
             model,
             tokenizer,
@@ -211,8 +230,9 @@ def train_experience_model(cfg: Config, paths: Paths) -> dict[str, Any]:
             "max_length": ecfg.max_length,
             "n_parameters": n_params,
             "examples_digest": fingerprint["examples"],
+            "variant": variant,
         }
-        out = model_dir(paths)
+        out = model_dir(paths, variant)
         save_model(model, tokenizer, out, meta)
         metrics: dict[str, Any] = {
             **result.metrics(),
@@ -223,35 +243,100 @@ def train_experience_model(cfg: Config, paths: Paths) -> dict[str, Any]:
         }
         run.log_metrics(metrics)
         run.log_dict(result.log_history, "sft/log_history.json")
-        version = register_model_dir(
-            run,
-            out,
-            REGISTERED_MODEL,
-            aliases=(CANDIDATE_ALIAS,),
-            tags={"base_model": ecfg.model, "profile": cfg.profile},
-        )
-        run.set_tags({"registered_model": f"{REGISTERED_MODEL}/{version}"})
-    write_json(paths.metrics / EXPERIENCE_METRICS, numbers(metrics))
+        version = None
+        if variant == "full":  # ablation variants only feed the fidelity table
+            version = register_model_dir(
+                run,
+                out,
+                REGISTERED_MODEL,
+                aliases=(CANDIDATE_ALIAS,),
+                tags={"base_model": ecfg.model, "profile": cfg.profile},
+            )
+            run.set_tags({"registered_model": f"{REGISTERED_MODEL}/{version}"})
+    write_json(paths.metrics / EXPERIENCE_METRICS_DIR / f"{variant}.json", numbers(metrics))
     shutil.rmtree(ckpt, ignore_errors=True)  # finished: the next run starts fresh
     log.info("experience model (%s) trained: %s", ecfg.model, result.metrics())
     return {**metrics, "registered_version": version, "model_dir": str(out)}
 
 
 def evaluate_fidelity(cfg: Config, paths: Paths) -> dict[str, Any]:
-    """Stage evaluate_fidelity: eps_R and next-state error on validation transitions."""
+    """Stage evaluate_fidelity: every variant on the same validation transitions.
+
+    Single-step metrics per variant (metrics/fidelity.json, keyed by variant) and, for
+    the full model, open-loop rollouts on validation episodes. Never the test split.
+    """
+    from components.evaluation.fidelity import worst_rows
+    from components.tracking import stage_run, tag_model_alias
+
+    trajectories = _load_trajectories(paths)
+    present = [v for v in VARIANTS if model_dir(paths, v).exists()]
+    if "full" not in present:
+        raise FileNotFoundError(f"{model_dir(paths)} missing: run train-experience-model")
+    data = {"trajectories": paths.trajectories_file, "buffer": buffer_dir(paths)}
+    data.update({f"model_{v}": model_dir(paths, v) for v in present})
+    sections = ("experience", "ablation", "buffer")
+    table: dict[str, dict[str, Any]] = {}
+    with stage_run("evaluate_fidelity", "experience", cfg, sections, paths.root, data) as run:
+        run.set_tags({"split": "validation", "variants": ",".join(present)})
+        for variant in present:
+            summary, rows, open_loop = _evaluate_variant(cfg, paths, trajectories, variant)
+            table[variant] = summary
+            run.log_metrics({f"{variant}.{k}": v for k, v in numbers(summary).items()})
+            run.log_dict(rows, f"fidelity/{variant}/table.json")
+            run.log_dict(worst_rows(rows), f"fidelity/{variant}/worst_examples.json")
+            if open_loop is not None:
+                run.log_dict(open_loop, "fidelity/full/open_loop.json")
+                for d in open_loop["per_depth"]:
+                    run.log_metrics(
+                        {
+                            "open_loop.state_soft_match": d["state_soft_match"],
+                            "open_loop.reward_accuracy": d["reward_accuracy"],
+                        },
+                        step=d["depth"],
+                    )
+        full = table["full"]
+        version = tag_model_alias(
+            REGISTERED_MODEL,
+            CANDIDATE_ALIAS,
+            {
+                "fidelity.eps_R": round(full["eps_R"], 4),
+                "fidelity.state_soft_match": round(full["state_soft_match"], 4),
+                "fidelity.malformed_rate": round(full["malformed_rate"], 4),
+                "fidelity.n": full["n"],
+                "fidelity.run_id": run.run_id,
+            },
+        )
+    write_json(paths.metrics / FIDELITY_METRICS, {v: numbers(m) for v, m in table.items()})
+    for variant, m in table.items():
+        log.info(
+            "fidelity %-12s n=%d reward acc %.3f, state EM %.3f / soft %.3f, malformed %.3f",
+            variant,
+            m["n"],
+            m["reward_accuracy"],
+            m["state_exact_match"],
+            m["state_soft_match"],
+            m["malformed_rate"],
+        )
+    return {"variants": table, "registered_version": version}
+
+
+def _evaluate_variant(
+    cfg: Config, paths: Paths, trajectories: list[Trajectory], variant: str
+) -> tuple[dict[str, Any], list[dict[str, Any]], dict[str, Any] | None]:
+    """Single-step fidelity of one variant (+ open-loop rollouts for ``full``)."""
     from components.evaluation.fidelity import evaluate_fidelity as score
+    from components.evaluation.open_loop import open_loop_rollouts
     from components.experience.dataset import build_examples, select_transitions
     from components.experience.sft import load_meta
     from components.lm.generate import Generator
     from components.lm.models import load_pretrained_dir
-    from components.tracking import stage_run, tag_model_alias
 
     ecfg = cfg.experience
-    mdir = model_dir(paths)
+    mdir = model_dir(paths, variant)
     meta = load_meta(mdir)
     settings = PromptSettings(**meta["prompt"])  # exactly what the model was trained on
-    trajectories = _load_trajectories(paths)
     retriever = open_retriever(cfg, paths, settings.k)
+    # the same seeded validation sample for every variant
     pairs = select_transitions(trajectories, "validation", ecfg.eval_examples, ecfg.seed)
     # only next state and reward are scored: no teacher traces needed (nor read)
     examples, stats = build_examples(pairs, settings, None, retriever, require_reasoning=False)
@@ -267,32 +352,25 @@ def evaluate_fidelity(cfg: Config, paths: Paths) -> dict[str, Any]:
             seed=ecfg.seed,
         )
 
-    data = {"trajectories": paths.trajectories_file, "model": mdir, "buffer": buffer_dir(paths)}
-    sections = ("experience", "ablation", "buffer")
-    with stage_run("evaluate_fidelity", "experience", cfg, sections, paths.root, data) as run:
-        summary, rows = score(generate, examples, with_reasoning=settings.with_reasoning)
-        summary["leaks_dropped"] = stats["leaks_dropped"]
-        run.set_tags({"base_model": meta.get("base_model"), "split": "validation"})
-        run.log_metrics(numbers(summary))
-        run.log_dict(rows, FIDELITY_TABLE)
-        run.log_dict(summary, "fidelity/summary.json")  # with the malformed-reason counts
-        version = tag_model_alias(
-            REGISTERED_MODEL,
-            CANDIDATE_ALIAS,
-            {
-                "fidelity.eps_R": round(summary["eps_R"], 4),
-                "fidelity.state_token_f1": round(summary["state_token_f1"], 4),
-                "fidelity.malformed_rate": round(summary["malformed_rate"], 4),
-                "fidelity.n": summary["n"],
-                "fidelity.run_id": run.run_id,
-            },
+    log.info("fidelity: %s on %d validation transitions", variant, len(examples))
+    summary, rows = score(generate, examples, with_reasoning=settings.with_reasoning)
+    summary["leaks_dropped"] = stats["leaks_dropped"]
+    open_loop = None
+    if variant == "full" and ecfg.open_loop_episodes > 0:
+        import random
+
+        episodes = [t for t in trajectories if t.split == "validation"]
+        random.Random(ecfg.seed).shuffle(episodes)
+        open_loop = open_loop_rollouts(
+            generate,
+            episodes[: ecfg.open_loop_episodes],
+            settings,
+            retriever,
+            ecfg.open_loop_horizon,
         )
-    write_json(paths.metrics / FIDELITY_METRICS, numbers(summary))
-    log.info(
-        "fidelity on %d validation transitions: eps_R %.3f, state F1 %.3f, malformed %.3f",
-        summary["n"],
-        summary["eps_R"],
-        summary["state_token_f1"],
-        summary["malformed_rate"],
-    )
-    return {**summary, "registered_version": version}
+        last = open_loop["per_depth"][-1] if open_loop["per_depth"] else None
+        if last is not None:
+            summary["open_loop_depth"] = last["depth"]
+            summary["open_loop_state_soft_match"] = last["state_soft_match"]
+            summary["open_loop_reward_accuracy"] = last["reward_accuracy"]
+    return summary, rows, open_loop

@@ -54,7 +54,7 @@ def make_teacher(cfg: TeacherConfig) -> Teacher:
     if cfg.backend == "grounded":
         from components.teacher.grounded import GroundedTeacher
 
-        return GroundedTeacher()
+        return GroundedTeacher(concise=cfg.style == "concise")
     if cfg.backend == "openai":
         from components.teacher.openai_teacher import OpenAITeacher
 

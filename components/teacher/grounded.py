@@ -16,7 +16,9 @@ from components.schema import Transition
 from components.teacher.base import (
     Annotation,
     AnnotationRequest,
+    MalformedAnswerError,
     OnResult,
+    excerpt,
     parse_reasoning,
     strip_format_tags,
 )
@@ -293,9 +295,30 @@ def _reward(t: Transition, d: _Diff) -> str:
     return f"{reason}{progress}, so the reward is 0."
 
 
-def grounded_reasoning(req: AnnotationRequest) -> str:
-    """The deterministic reasoning trace for one request."""
+def concise_reasoning(t: Transition) -> str:
+    """A short trace (validity, effects, reward) for small models with short contexts."""
+    d = _Diff(parse_state(t.state), parse_state(t.next_state), t.action)
+    lines = ["Valid action." if t.valid_action else "Invalid action: state unchanged."]
+    if d.moved:
+        lines.append(f"Moves to {d.after.location}.")
+    if d.gained:
+        lines.append(f"Gains {_listing(d.gained)}.")
+    if d.lost:
+        lines.append(f"Loses {_listing(d.lost)}.")
+    for obj, _, after in d.object_changes:
+        lines.append(f"The {obj} is now {', '.join(after)}.")
+    if t.valid_action and not d.world_changed:
+        lines.append("No change.")
+    lines.append("Goal completed: reward 1." if t.reward == 1 else "Goal not completed: reward 0.")
+    return " ".join(lines)
+
+
+def grounded_reasoning(req: AnnotationRequest, concise: bool = False) -> str:
+    """The deterministic reasoning trace for one request (short form when ``concise``)."""
     t = req.transition
+    if concise:
+        # environment text (locations, items) is quoted unfiltered in the short form
+        return strip_format_tags(concise_reasoning(t))
     before, after = parse_state(t.state), parse_state(t.next_state)
     d = _Diff(before, after, t.action)
     lines = [f"The goal is {_quote(t.instruction)}."]
@@ -307,7 +330,8 @@ def grounded_reasoning(req: AnnotationRequest) -> str:
     lines.append(_validity(t))
     lines.extend(_effects(t, d))
     lines.append(_reward(t, d))
-    return " ".join(lines)
+    # locations and item names come from the state text unquoted: drop any format tags
+    return strip_format_tags(" ".join(lines))
 
 
 class GroundedTeacher:
@@ -317,8 +341,11 @@ class GroundedTeacher:
     model = "grounded-v1"
     budget_exhausted = False
 
-    def __init__(self, batch_size: int = 256) -> None:
+    def __init__(self, batch_size: int = 256, concise: bool = False) -> None:
         self.batch_size = batch_size
+        self.concise = concise
+        if concise:
+            self.model = "grounded-concise-v1"
 
     def annotate(
         self, batch: Sequence[AnnotationRequest], on_result: OnResult | None = None
@@ -326,17 +353,30 @@ class GroundedTeacher:
         """Explain every transition of the batch from its recorded ground truth."""
         out: list[Annotation] = []
         for req in batch:
-            text = grounded_reasoning(req)
+            text = grounded_reasoning(req, concise=self.concise)
             # Same validation as the LLM backends: the trace must embed in <think>.
-            reasoning = parse_reasoning(f"<think>{text}</think>")
-            ann = Annotation(
-                id=req.id,
-                status="ok",
-                reasoning=reasoning,
-                backend=self.backend,
-                model=self.model,
-                attempts=1,
-            )
+            try:
+                reasoning = parse_reasoning(f"<think>{text}</think>")
+            except MalformedAnswerError as err:
+                # one odd transition is a recorded failure, never the end of the run
+                ann = Annotation(
+                    id=req.id,
+                    status="failed",
+                    backend=self.backend,
+                    model=self.model,
+                    attempts=1,
+                    error=f"malformed answer: {err}",
+                    raw=excerpt(text),
+                )
+            else:
+                ann = Annotation(
+                    id=req.id,
+                    status="ok",
+                    reasoning=reasoning,
+                    backend=self.backend,
+                    model=self.model,
+                    attempts=1,
+                )
             if on_result is not None:
                 on_result(ann)
             out.append(ann)

@@ -46,16 +46,28 @@ def test_train_then_evaluate_fidelity(tmp_path, trajectories, reasoning):
     assert (out / "model.safetensors").exists() and (out / "tokenizer.json").exists()
     assert trained["train_steps"] == cfg.experience.max_steps
     assert not checkpoint_dir(paths).exists()  # finished runs leave no checkpoints behind
-    assert json.loads((paths.metrics / "experience.json").read_text())["n_parameters"] > 0
+    assert json.loads((paths.metrics / "experience/full.json").read_text())["n_parameters"] > 0
 
-    summary = evaluate_fidelity(cfg, paths)
-    assert summary["n"] == 4
+    # an ablation variant: not registered, its prompt and target lose the think block
+    ablated = train_experience_model(cfg, paths, variant="no_reasoning")
+    assert ablated["registered_version"] is None
+    meta = json.loads((model_dir(paths, "no_reasoning") / "experience_model.json").read_text())
+    assert meta["prompt"]["with_reasoning"] is False and meta["variant"] == "no_reasoning"
+
+    result = evaluate_fidelity(cfg, paths)
+    assert set(result["variants"]) == {"full", "no_reasoning"}  # variants not trained: absent
+    summary = result["variants"]["full"]
+    assert summary["n"] == summary["n_transitions"] == 4
     assert 0 <= summary["eps_R"] <= 1 and 0 <= summary["malformed_rate"] <= 1
+    assert summary["reward_accuracy"] == pytest.approx(1 - summary["eps_R"])
+    assert 0 <= summary["eps_P"] <= 1 and "open_loop_depth" in summary
     saved = json.loads((paths.metrics / "fidelity.json").read_text())
-    assert saved["n"] == 4 and "malformed_reasons" not in saved  # numbers only
+    assert saved["full"]["n"] == 4 and "malformed_reasons" not in saved["full"]  # numbers only
+    for key in ("reward_accuracy", "success_f1", "state_exact_match", "state_soft_match"):
+        assert key in saved["no_reasoning"]
 
     client = mlflow.MlflowClient()
     version = client.get_model_version_by_alias(REGISTERED_MODEL, "candidate")
-    assert str(version.version) == trained["registered_version"] == summary["registered_version"]
+    assert str(version.version) == trained["registered_version"] == result["registered_version"]
     assert version.source.startswith("runs:/") and version.source.endswith("/model")
     assert version.tags["fidelity.n"] == "4"
