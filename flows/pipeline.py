@@ -1,70 +1,82 @@
-"""The ``pipeline`` flow: run the DVC stages in order under one MLflow parent run.
+"""Flows: one per stage family, the whole ``pipeline``, and the ``nightly_refresh``.
 
-Each stage runs as ``dvc repro <stage>``, so DVC decides what is stale and a rerun with
-nothing changed does nothing. Stages that talk to external processes (simulators, APIs)
-retry; training stages do not (a retry would only repeat a deterministic failure) and
-are tagged ``accelerator`` so a Prefect concurrency limit can serialise them.
+All of them run DVC stages (flows/stages.py) under one MLflow parent run, so the MLflow
+UI shows a pipeline run with a nested run per stage. ``nightly_refresh`` collects fresh
+real trajectories, refreshes the buffer, fine-tunes and evaluates the experience model,
+and promotes it to ``champion`` when its held-out fidelity is better (promotion rule in
+components/evaluation/promotion.py).
 """
 
 from __future__ import annotations
 
-import os
-import subprocess
 from pathlib import Path
 
-import yaml
-from prefect import flow, get_run_logger, task
+from prefect import flow, get_run_logger
 
-from components.tracking import PARENT_RUN_ENV, pipeline_run
-
-IO_STAGES = frozenset({"generate_tasks", "collect", "annotate"})
-ACCELERATOR_TAG = "accelerator"
+from components.tracking import pipeline_run
+from flows.stages import family_stages, run_stages, stage_order
 
 
-def stage_order(root: Path) -> list[str]:
-    """Stage names in dvc.yaml order (written topologically)."""
-    spec = yaml.safe_load((root / "dvc.yaml").read_text(encoding="utf-8"))
-    return list(spec["stages"])
-
-
-def _repro(stage: str, root: str, parent_run_id: str | None, force: bool = False) -> None:
-    logger = get_run_logger()
-    env = dict(os.environ)
-    if parent_run_id:
-        env[PARENT_RUN_ENV] = parent_run_id
-    cmd = ["dvc", "repro", stage] + (["--force", "--single-item"] if force else [])
-    logger.info("$ %s", " ".join(cmd))
-    proc = subprocess.Popen(
-        cmd, cwd=root, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-    )
-    assert proc.stdout is not None
-    for line in proc.stdout:
-        logger.info(line.rstrip())
-    if proc.wait() != 0:
-        raise RuntimeError(f"`{' '.join(cmd)}` failed with exit code {proc.returncode}")
-
-
-repro_io_stage = task(
-    _repro, name="dvc-repro-io", retries=2, retry_delay_seconds=[10, 60], task_run_name="{stage}"
-)
-repro_compute_stage = task(
-    _repro, name="dvc-repro", retries=0, tags=[ACCELERATOR_TAG], task_run_name="{stage}"
-)
+def _run(name: str, root: str, stages: list[str], force: bool) -> list[str]:
+    root_path = Path(root).resolve()
+    known = stage_order(root_path)
+    unknown = sorted(set(stages) - set(known))
+    if unknown:
+        raise ValueError(f"unknown stages {unknown}; dvc.yaml has {known}")
+    with pipeline_run(root_path, name, {"stages": stages, "force": force}) as run_id:
+        run_stages(stages, root_path, run_id, force)
+    return stages
 
 
 @flow(name="pipeline", log_prints=True)
 def pipeline(root: str = ".", stages: list[str] | None = None, force: bool = False) -> list[str]:
     """Run the given DVC stages (default: all) in order; returns the stages run."""
+    return _run("pipeline", root, stages or stage_order(Path(root).resolve()), force)
+
+
+@flow(name="data")
+def data_flow(root: str = ".", force: bool = False) -> list[str]:
+    """Tasks, real collection, ingestion, buffer and teacher annotation."""
+    return _run("data", root, family_stages(Path(root).resolve(), "data"), force)
+
+
+@flow(name="experience")
+def experience_flow(root: str = ".", force: bool = False) -> list[str]:
+    """SFT of the experience model (and its ablation variants) and its fidelity."""
+    return _run("experience", root, family_stages(Path(root).resolve(), "experience"), force)
+
+
+@flow(name="agent")
+def agent_flow(root: str = ".", force: bool = False) -> list[str]:
+    """Baselines, real-env RL, DreamGym RL, sim-to-real and held-out evaluation."""
+    return _run("agent", root, family_stages(Path(root).resolve(), "agent"), force)
+
+
+@flow(name="evaluation")
+def evaluation_flow(root: str = ".", force: bool = False) -> list[str]:
+    """Table 1, the LLM judge, drift reports and the run report."""
+    return _run("evaluation", root, family_stages(Path(root).resolve(), "evaluation"), force)
+
+
+@flow(name="nightly-refresh", log_prints=True)
+def nightly_refresh(root: str = ".") -> dict[str, object]:
+    """Fresh data -> buffer -> experience model -> fidelity -> promote if better."""
+    from components.evaluation.promotion import promote_experience_model
+
+    from components.config import load_config
+
     root_path = Path(root).resolve()
-    selected = stages or stage_order(root_path)
-    unknown = sorted(set(selected) - set(stage_order(root_path)))
-    if unknown:
-        raise ValueError(f"unknown stages {unknown}; dvc.yaml has {stage_order(root_path)}")
-    with pipeline_run(root_path, "pipeline", {"stages": selected, "force": force}) as run_id:
-        for stage in selected:
-            runner = repro_io_stage if stage in IO_STAGES else repro_compute_stage
-            runner(stage, str(root_path), run_id, force)
-    return selected
+    stages = [
+        s
+        for s in stage_order(root_path)
+        if s in {"collect", "ingest", "build_buffer", "annotate"}
+        or s in {"train_experience_model", "evaluate_fidelity"}
+    ]
+    _run("nightly-refresh", root, stages, force=False)
+    cfg = load_config(root_path / "params.yaml")
+    decision = promote_experience_model(cfg, root_path)
+    get_run_logger().info("promotion: %s", decision)
+    return decision
 
 
 if __name__ == "__main__":
