@@ -18,12 +18,37 @@ export PREFECT_SERVER_ANALYTICS_ENABLED := false
 export TOKENIZERS_PARALLELISM := false
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: setup run test lint format bench ui prefect-ui clean help
+.PHONY: setup system-deps run test lint format bench ui prefect-ui clean help
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
 
-setup: $(STAMP) .dvc/config  ## create .venv (torch first, then the pinned project)
+setup: system-deps $(STAMP) .dvc/config  ## create .venv (torch first, then the pinned project)
+
+# Debian packages of the real envs: chromium + chromium-driver (MiniWoB++ in headless Chromium)
+# and a Java >= 17 runtime (ScienceWorld's engine). Installed only when missing, without
+# questions (CI runs this in a fresh clone); sudo -n when not root; skipped with a message where
+# there is no apt-get (the ScienceWorld / MiniWoB++ tests then skip too).
+JAVA_PKG := openjdk-17-jre-headless
+system-deps:  ## apt-get install chromium, chromium-driver and Java 17 when missing
+	@missing=""; \
+	command -v chromium >/dev/null 2>&1 || missing="$$missing chromium"; \
+	command -v chromedriver >/dev/null 2>&1 || missing="$$missing chromium-driver"; \
+	java -version 2>&1 | grep -qE 'version "(1[7-9]|[2-9][0-9])' || missing="$$missing java"; \
+	if [ -z "$$missing" ]; then echo "system-deps: chromium, chromedriver and java >= 17 present"; exit 0; fi; \
+	if ! command -v apt-get >/dev/null 2>&1; then \
+		echo "system-deps: no apt-get here; install$$missing yourself (ScienceWorld/MiniWoB++ tests will skip)"; exit 0; fi; \
+	if [ "$$(id -u)" = 0 ]; then SUDO=""; \
+	elif sudo -n true 2>/dev/null; then SUDO="sudo -n"; \
+	else echo "system-deps: not root and no passwordless sudo; install$$missing yourself (ScienceWorld/MiniWoB++ tests will skip)"; exit 0; fi; \
+	APT="$$SUDO env DEBIAN_FRONTEND=noninteractive apt-get"; \
+	echo "system-deps: installing$$missing"; \
+	$$APT update -qq || exit 1; \
+	pkgs="$${missing/java/}"; \
+	case "$$missing" in *java*) \
+		if apt-cache show $(JAVA_PKG) >/dev/null 2>&1; then pkgs="$$pkgs $(JAVA_PKG)"; \
+		else pkgs="$$pkgs default-jre-headless"; fi;; esac; \
+	$$APT install -y -qq --no-install-recommends $$pkgs
 
 # torch==2.13.0 first: the CPU build; an unpinned torch would pull several GB of CUDA wheels.
 $(STAMP): pyproject.toml

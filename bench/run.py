@@ -6,7 +6,7 @@ import importlib
 import sys
 import time
 
-BENCHMARKS = ("bench.cli", "bench.collection", "bench.buffer")
+BENCHMARKS = ("bench.cli", "bench.collection", "bench.buffer", "bench.envs")
 
 
 def main(names: list[str]) -> int:

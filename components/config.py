@@ -36,11 +36,97 @@ class AblationConfig(_Section):
     no_task_generation: bool = Field(False, description="curriculum generates no new tasks")
 
 
-class EnvConfig(_Section):
-    """Which real environment the pipeline runs on."""
+# textworld / scienceworld / miniwob run locally; the paper's three go through adapters
+# (AgentGym-style HTTP env servers the user runs, see components/envs/agentgym_http.py)
+ENV_NAMES = ("textworld", "scienceworld", "miniwob", "webshop", "alfworld", "webarena")
+EnvName = Literal["textworld", "scienceworld", "miniwob", "webshop", "alfworld", "webarena"]
 
-    name: Literal["textworld"] = Field("textworld", description="real environment")
+
+class SplitCountsConfig(_Section):
+    """How many task instances (variations, seeds) per split, for each task name."""
+
+    train: int = Field(8, ge=1)
+    validation: int = Field(2, ge=0)
+    test: int = Field(3, ge=1, description="held out: never collected or trained on")
+
+
+class ScienceWorldConfig(_Section):
+    """ScienceWorld task suite (env.name = scienceworld): task types and variations."""
+
+    task_names: tuple[str, ...] = Field(
+        (
+            "find-non-living-thing",
+            "find-animal",
+            "find-plant",
+            "lifespan-longest-lived",
+            "power-component",
+            "chemistry-mix-paint-secondary-color",
+        ),
+        min_length=1,
+        description="ScienceWorld task names (gold paths of 5-17 steps by default)",
+    )
+    variations: SplitCountsConfig = Field(
+        SplitCountsConfig(),
+        description="variations per task and split, from ScienceWorld's own train/dev/test lists",
+    )
+    simplifications: str = Field("", description="e.g. 'easy' or 'openDoors,teleportAction'")
+    max_admissible: int = Field(40, ge=4, description="bound on the admissible-action list")
+
+
+class MiniWoBConfig(_Section):
+    """MiniWoB++ task suite (env.name = miniwob) in headless Debian Chromium."""
+
+    task_names: tuple[str, ...] = Field(
+        (
+            "click-button-sequence",
+            "enter-text",
+            "enter-password",
+            "login-user",
+            "click-checkboxes",
+            "choose-list",
+            "click-option",
+            "navigate-tree",
+            "search-engine",
+            "use-autocomplete-nodelay",
+        ),
+        min_length=1,
+        description="MiniWoB++ task names (each has a scripted expert)",
+    )
+    seeds: SplitCountsConfig = Field(
+        SplitCountsConfig(train=10, validation=2, test=4),
+        description="episode seeds per task and split (disjoint seed ranges per split)",
+    )
+    max_elements: int = Field(20, ge=3, le=60, description="elements shown in the state")
+    chrome_binary: str = Field("/usr/lib/chromium/chromium", description="Chromium binary")
+    chromedriver: str = Field("/usr/bin/chromedriver", description="ChromeDriver binary")
+    timeout_s: float = Field(30.0, gt=0, description="page load / script timeout")
+
+
+class AgentGymConfig(_Section):
+    """Adapters for WebShop / ALFWorld / WebArena served by AgentGym-style HTTP env servers."""
+
+    url_env: str = Field(
+        "AGENTGYM_URL", description="env var holding the server base URL (e.g. http://host:36001)"
+    )
+    base_url: str | None = Field(None, description="server base URL; overrides url_env")
+    timeout_s: float = Field(60.0, gt=0, description="per-request timeout")
+    max_retries: int = Field(3, ge=0, description="retries of I/O failures (never of app errors)")
+    backoff_s: float = Field(0.5, gt=0, description="first retry delay (doubles)")
+    splits: dict[Literal["train", "validation", "test"], tuple[int, int]] = Field(
+        {"train": (0, 200), "validation": (200, 250), "test": (250, 350)},
+        description="[start, stop) item indices (session / game / config ids) per split",
+    )
+    browsergym: bool = Field(False, description="webarena through BrowserGym (if installed)")
+
+
+class EnvConfig(_Section):
+    """Which real environment the pipeline runs on, and each env's own settings."""
+
+    name: EnvName = Field("textworld", description="real environment")
     max_steps: int = Field(30, ge=1, description="step limit per episode (then truncated)")
+    scienceworld: ScienceWorldConfig = ScienceWorldConfig()
+    miniwob: MiniWoBConfig = MiniWoBConfig()
+    agentgym: AgentGymConfig = AgentGymConfig()
 
 
 class TaskFamilyConfig(_Section):
@@ -202,6 +288,9 @@ class ExperienceConfig(_Section):
     max_new_tokens: int = Field(512, ge=8, description="generation cap per answer")
     gen_batch_size: int = Field(8, ge=1, description="prompts per generate call")
     temperature: float = Field(0.0, ge=0, description="fidelity decoding (0 = greedy)")
+    task_gen_examples: int = Field(
+        200, ge=0, description="task-generation head examples mixed into the full model's SFT"
+    )
     open_loop_episodes: int = Field(
         20, ge=0, description="validation episodes rolled out open-loop by the full model"
     )
@@ -338,6 +427,75 @@ class AgentConfig(_Section):
     eval: PolicyEvalConfig = PolicyEvalConfig()
 
 
+class RLAlgoConfig(_Section):
+    """Settings shared by multi-turn GRPO and PPO (components/agent/rl.py)."""
+
+    iterations: int = Field(10, ge=0, description="rollout + update rounds in total (resumable)")
+    tasks_per_iteration: int = Field(4, ge=1, description="distinct tasks per round")
+    rollouts_per_task: int = Field(4, ge=1, description="episodes per task per round (GRPO: n)")
+    learning_rate: float = Field(1e-5, gt=0, description="AdamW learning rate of the policy")
+    weight_decay: float = Field(0.0, ge=0, description="AdamW weight decay")
+    beta: float = Field(0.001, ge=0, description="KL coefficient to the reference (0 = none)")
+    kl_ratio_correction: bool = Field(
+        True, description="weight the k3 KL by the ratio (samples are old-policy; TRL default)"
+    )
+    clip_low: float = Field(0.2, gt=0, lt=1, description="ratio clip below 1 (1 - clip_low)")
+    clip_high: float = Field(0.2, gt=0, description="ratio clip above 1 (DAPO: 0.28)")
+    epochs: int = Field(1, ge=1, description="passes over each rollout batch")
+    minibatch_size: int | None = Field(
+        None, ge=1, description="turns per optimizer step (null = whole batch, one step/epoch)"
+    )
+    micro_batch_size: int = Field(8, ge=1, description="turns per forward pass (memory only)")
+    aggregation: Literal["token", "sequence"] = Field(
+        "token", description="token: mean over completion tokens; sequence: mean of turn means"
+    )
+    max_grad_norm: float = Field(1.0, gt=0, description="gradient clipping (global norm)")
+    temperature: float = Field(1.0, gt=0, description="sampling temperature (log-probs too)")
+    max_new_tokens: int = Field(64, ge=1, description="completion token cap per decision")
+    max_turns: int | None = Field(
+        None, ge=1, description="safety cap on turns per episode (the env's limit comes first)"
+    )
+    max_real_steps: int | None = Field(
+        None, ge=0, description="stop after the round that reaches this real-step budget"
+    )
+    save_every: int = Field(5, ge=1, description="checkpoint every N rounds (and at the end)")
+    keep_checkpoints: int = Field(2, ge=1, description="checkpoints kept on disk")
+    max_train_minutes: float | None = Field(
+        None, gt=0, description="stop (after a checkpoint) once this wall-clock budget is spent"
+    )
+    seed: int = Field(0, description="task sampling, sampling and shuffling seed")
+
+
+class GRPOConfig(RLAlgoConfig):
+    """Multi-turn GRPO: group-relative outcome advantages (components/agent/grpo.py)."""
+
+    rollouts_per_task: int = Field(4, ge=2, description="the group size n (>= 2)")
+    scale_rewards: bool = Field(True, description="divide centred rewards by the group's std")
+
+
+class PPOConfig(RLAlgoConfig):
+    """Multi-turn PPO: value head, GAE over turns (components/agent/ppo.py)."""
+
+    rollouts_per_task: int = Field(1, ge=1, description="episodes per task per round")
+    epochs: int = Field(2, ge=1, description="passes over each rollout batch")
+    minibatch_size: int | None = Field(16, ge=1, description="turns per optimizer step")
+    gamma: float = Field(1.0, ge=0, le=1, description="discount per turn")
+    lam: float = Field(0.95, ge=0, le=1, description="GAE lambda")
+    vf_coef: float = Field(0.5, ge=0, description="weight of the value loss")
+    value_clip: float = Field(0.2, gt=0, description="clip of V around the old value")
+    value_learning_rate: float = Field(1e-3, gt=0, description="learning rate of the value head")
+    normalize_advantages: bool = Field(
+        True, description="standardise advantages (within groups when grouped)"
+    )
+
+
+class RLConfig(_Section):
+    """Agent RL (GRPO and PPO), real or synthetic env."""
+
+    grpo: GRPOConfig = GRPOConfig()
+    ppo: PPOConfig = PPOConfig()
+
+
 class JudgeConfig(_Section):
     """Judge of synthetic trajectories: the paper's four criteria on a 0/1/2 rubric."""
 
@@ -449,6 +607,7 @@ class Config(_Section):
     synthetic: SyntheticEnvConfig = SyntheticEnvConfig()
     curriculum: CurriculumConfig = CurriculumConfig()
     agent: AgentConfig = AgentConfig()
+    rl: RLConfig = RLConfig()
     judge: JudgeConfig = JudgeConfig()
     drift: DriftConfig = DriftConfig()
     report: ReportConfig = ReportConfig()

@@ -5,8 +5,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from components.config import EnvConfig
+from components.config import Config, EnvConfig
 from components.envs.base import Env
+from components.schema import Task
 
 
 def _textworld(env_cfg: EnvConfig, root: Path | None) -> Env:
@@ -15,9 +16,37 @@ def _textworld(env_cfg: EnvConfig, root: Path | None) -> Env:
     return TextWorldEnv(max_steps=env_cfg.max_steps, root=root)
 
 
+def _scienceworld(env_cfg: EnvConfig, root: Path | None) -> Env:
+    from components.envs.scienceworld_env import ScienceWorldEnv
+
+    sw = env_cfg.scienceworld
+    return ScienceWorldEnv(
+        max_steps=env_cfg.max_steps,
+        simplifications=sw.simplifications,
+        max_admissible=sw.max_admissible,
+    )
+
+
+def _miniwob(env_cfg: EnvConfig, root: Path | None) -> Env:
+    from components.envs.miniwob_env import MiniWoBEnv
+
+    return MiniWoBEnv.from_config(env_cfg)
+
+
+def _agentgym(env_cfg: EnvConfig, root: Path | None) -> Env:
+    from components.envs.agentgym_http import make_agentgym_env
+
+    return make_agentgym_env(env_cfg)
+
+
 # name -> factory(env_cfg, root); root resolves the relative game files of tasks
 ENV_FACTORIES: dict[str, Callable[[EnvConfig, Path | None], Env]] = {
     "textworld": _textworld,
+    "scienceworld": _scienceworld,
+    "miniwob": _miniwob,
+    "webshop": _agentgym,
+    "alfworld": _agentgym,
+    "webarena": _agentgym,
 }
 
 
@@ -28,3 +57,24 @@ def make_env(env_cfg: EnvConfig, root: Path | None = None) -> Env:
     except KeyError:
         raise ValueError(f"unknown env {env_cfg.name!r}; known: {sorted(ENV_FACTORIES)}") from None
     return factory(env_cfg, root)
+
+
+def generate_task_suite(cfg: Config, out_dir: Path, root: Path) -> list[Task]:
+    """The task suite of ``cfg.env.name`` written to ``out_dir/tasks.jsonl`` (the
+    generate-tasks stage); ``root`` is the project root that game files are relative to."""
+    name = cfg.env.name
+    if name == "scienceworld":
+        from components.envs.scienceworld_tasks import generate_task_suite as scienceworld
+
+        return scienceworld(cfg, out_dir)
+    if name == "miniwob":
+        from components.envs.miniwob_tasks import generate_task_suite as miniwob
+
+        return miniwob(cfg, out_dir)
+    if name in ("webshop", "alfworld", "webarena"):
+        from components.envs.agentgym_http import generate_task_suite as agentgym
+
+        return agentgym(cfg, out_dir)
+    from components.envs.textworld_tasks import generate_task_suite as textworld
+
+    return textworld(cfg, out_dir, root=root)

@@ -28,8 +28,8 @@ def load_tasks(paths: Paths) -> list[Task]:
 
 
 def generate_tasks(cfg: Config, paths: Paths) -> dict[str, Any]:
-    """Stage generate_tasks: the deterministic TextWorld task suite under data/tasks."""
-    from components.envs.textworld_tasks import generate_task_suite
+    """Stage generate_tasks: the deterministic task suite of ``cfg.env.name`` under data/tasks."""
+    from components.envs import generate_task_suite
     from components.tracking import stage_run
 
     with stage_run("generate_tasks", "data", cfg, ("env", "tasks"), paths.root) as run:

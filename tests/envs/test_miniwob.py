@@ -1,0 +1,201 @@
+"""MiniWoB++ in real headless Chromium behind the Env interface: experts, replay, crashes."""
+
+from __future__ import annotations
+
+import os
+import signal
+from pathlib import Path
+
+import pytest
+
+from components.config import (
+    CollectConfig,
+    Config,
+    EnvConfig,
+    MiniWoBConfig,
+    SplitCountsConfig,
+    TaskFamilyConfig,
+    TasksConfig,
+)
+from components.data.collect import collect
+from components.envs import make_env
+from components.envs.base import ADMISSIBLE, FEEDBACK, LOST, VALID, WON, EnvError
+from components.envs.miniwob_env import (
+    DEFAULT_CHROME,
+    DEFAULT_CHROMEDRIVER,
+    MiniWoBEnv,
+    ParsedAction,
+    parse_action,
+)
+from components.envs.miniwob_tasks import SEED_RANGE, generate_task_suite
+from components.schema import Task, Trajectory, read_jsonl
+
+HAVE_BROWSER = Path(DEFAULT_CHROME).exists() and Path(DEFAULT_CHROMEDRIVER).exists()
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.miniwob,
+    pytest.mark.skipif(
+        not HAVE_BROWSER, reason="needs chromium + chromium-driver: make system-deps"
+    ),
+]
+TASKS = ("enter-text", "login-user", "click-checkboxes", "navigate-tree", "search-engine")
+
+
+def _config(tasks: tuple[str, ...] = TASKS) -> Config:
+    mw = MiniWoBConfig(task_names=tasks, seeds=SplitCountsConfig(train=1, validation=1, test=1))
+    return Config(
+        profile="ci",
+        env=EnvConfig(name="miniwob", max_steps=10, miniwob=mw),
+        tasks=TasksConfig(families=(TaskFamilyConfig(name="quest", n_games=2),)),
+        collect=CollectConfig(
+            episodes={"expert": 1, "noisy": 1, "random": 1},
+            p_invalid=0.3,
+            splits=("train",),
+            workers=1,
+        ),
+    )
+
+
+@pytest.fixture(scope="module")
+def suite(tmp_path_factory: pytest.TempPathFactory) -> list[Task]:
+    """One seed per split of each task, instructions read from the real pages."""
+    return generate_task_suite(_config(), tmp_path_factory.mktemp("mw"), progress=False)
+
+
+@pytest.fixture(scope="module")
+def env():
+    """One browser shared by the tests of this module."""
+    e = make_env(_config().env)
+    yield e
+    e.close()
+
+
+def _task(suite: list[Task], family: str, split: str = "train") -> Task:
+    return next(t for t in suite if t.family == family and t.split == split)
+
+
+def _body(obs: str) -> str:
+    return obs.rsplit("\nFeedback: ", 1)[0]
+
+
+def test_actions_parse_strictly():
+    assert parse_action("click [12]") == ParsedAction("click", 12)
+    assert parse_action(' type [3] "hello world" ') == ParsedAction("type", 3, "hello world")
+    assert parse_action('select [4] "Heard Island"') == ParsedAction("select", 4, "Heard Island")
+    assert parse_action("press [5] Enter") == ParsedAction("press", 5, "Enter")
+    for bad in ("click 12", "click [x]", "type [3] hello", "tap [3]", "", 'type [3] "a\nb"'):
+        assert parse_action(bad) is None
+
+
+def test_suite_is_deterministic_and_splits_by_seed_range(suite: list[Task], tmp_path: Path):
+    assert {t.family for t in suite} == set(TASKS)
+    for t in suite:
+        k = ("train", "validation", "test").index(t.split)
+        assert k * SEED_RANGE <= t.seed < (k + 1) * SEED_RANGE
+        assert t.walkthrough and t.difficulty == len(t.walkthrough)  # every expert wins
+    login = _task(suite, "login-user")
+    assert login.instruction.startswith("Enter the username")
+    again = generate_task_suite(_config(("login-user",)), tmp_path, progress=False)
+    assert [t.model_dump() for t in again] == [
+        t.model_dump() for t in suite if t.family == "login-user"
+    ]
+
+
+@pytest.mark.parametrize("family", TASKS)
+def test_expert_wins_with_outcome_reward(env: MiniWoBEnv, suite: list[Task], family: str):
+    task = _task(suite, family, "test")
+    obs, info = env.reset(task)
+    assert 2 <= len(_body(obs).splitlines()) <= 20 and info[VALID]
+    assert all(line.startswith("[") for line in _body(obs).splitlines())
+    rewards = []
+    for _ in range(10):
+        action = env.expert_action()
+        assert action is not None and action in info[ADMISSIBLE]
+        obs, reward, terminated, truncated, info = env.step(action)
+        rewards.append(reward)
+        if terminated or truncated:
+            break
+    assert rewards[-1] == 1 and sum(rewards) == 1 and terminated and info[WON]
+    assert info[ADMISSIBLE] == [] and env.expert_action() is None
+
+
+def test_replay_in_a_fresh_browser_equals_live_stepping(env: MiniWoBEnv, suite: list[Task]):
+    task = _task(suite, "search-engine")
+    env.reset(task)
+    actions = [task.walkthrough[0], "click [999]", *task.walkthrough[1:]]
+    live = [env.step(a) for a in actions]
+    other = MiniWoBEnv(max_steps=10)
+    try:
+        for i in (0, 2, len(actions) - 1):
+            got = other.replay(task, actions[:i], actions[i])
+            obs, reward, terminated, truncated, info = live[i]
+            assert got.observation == obs  # same elements, same ids, same values
+            assert (got.reward, got.terminated, got.truncated) == (reward, terminated, truncated)
+            assert got.info[ADMISSIBLE] == info[ADMISSIBLE]
+    finally:
+        other.close()
+
+
+def test_malformed_and_misdirected_actions_change_nothing(env: MiniWoBEnv, suite: list[Task]):
+    obs, _ = env.reset(_task(suite, "login-user"))
+    before = _body(obs)
+    button = next(e for e in env.elements if e.kind == "button")
+    field = next(e for e in env.elements if e.kind == "textbox")
+    for bad in (
+        "click 5",
+        "click [999]",
+        f'type [{button.ref}] "x"',
+        f'select [{field.ref}] "x"',
+        f"press [{field.ref}] F13",
+        "login please",
+    ):
+        obs, reward, terminated, _truncated, info = env.step(bad)
+        assert not info[VALID] and reward == 0 and not terminated and not info[LOST]
+        assert _body(obs) == before
+        assert info[FEEDBACK].startswith("Invalid action")
+
+
+def test_killed_chromedriver_fails_the_episode_and_the_next_one_works(suite: list[Task]):
+    task = _task(suite, "login-user")
+    env = MiniWoBEnv(max_steps=10)
+    try:
+        env.reset(task)
+        env.step(task.walkthrough[0])
+        pid = env.driver_pid
+        assert pid is not None
+        os.kill(pid, signal.SIGKILL)
+        with pytest.raises(EnvError):
+            env.step(task.walkthrough[1])
+        assert env.driver_pid is None
+        env.reset(task)  # a fresh browser
+        profile = env.profile_dir
+        assert profile is not None
+        reward = 0
+        for action in task.walkthrough:
+            _, reward, terminated, _, _ = env.step(action)
+        assert reward == 1 and terminated
+    finally:
+        env.close()
+    # nothing of this env's browser is left running, its profile dir is gone
+    leftovers = []
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            try:
+                cmd = (proc / "cmdline").read_bytes()
+            except OSError:
+                continue
+            if profile.encode() in cmd:
+                leftovers.append(proc.name)
+    assert not leftovers and not Path(profile).exists()
+
+
+def test_collection_runs_on_miniwob(suite: list[Task], tmp_path: Path):
+    cfg = _config(("enter-text", "click-checkboxes"))
+    tasks = [t for t in suite if t.family in cfg.env.miniwob.task_names]
+    summary = collect(cfg, tasks, tmp_path, tmp_path, progress=False)
+    trajs = [t for p in tmp_path.glob("*.jsonl") for t in read_jsonl(p, Trajectory)]
+    assert summary["n_trajectories"] == 6 == len(trajs)  # 2 train tasks x 3 policies
+    experts = [t for t in trajs if t.policy == "expert"]
+    assert all(t.success for t in experts)
+    assert all(t.env == "miniwob" and t.split == "train" for t in trajs)
+    assert all(s.admissible_actions for t in experts for s in t.steps)

@@ -1,0 +1,167 @@
+"""The real ScienceWorld engine (Java 17) behind the Env interface: expert, replay, crashes."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+from pathlib import Path
+
+import pytest
+
+from components.config import (
+    CollectConfig,
+    Config,
+    EnvConfig,
+    ScienceWorldConfig,
+    SplitCountsConfig,
+    TaskFamilyConfig,
+    TasksConfig,
+)
+from components.data.collect import collect
+from components.envs import make_env
+from components.envs.base import ADMISSIBLE, FEEDBACK, LOST, VALID, WON, EnvError
+from components.envs.scienceworld_env import ScienceWorldEnv
+from components.envs.scienceworld_tasks import generate_task_suite
+from components.schema import Task, Trajectory, read_jsonl
+
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.scienceworld,
+    pytest.mark.skipif(shutil.which("java") is None, reason="needs Java 17: make system-deps"),
+]
+
+MAX_ADMISSIBLE = 25
+
+
+def _config(max_steps: int = 20) -> Config:
+    sw = ScienceWorldConfig(
+        task_names=("find-non-living-thing",),
+        variations=SplitCountsConfig(train=1, validation=1, test=1),
+        max_admissible=MAX_ADMISSIBLE,
+    )
+    return Config(
+        profile="ci",
+        env=EnvConfig(name="scienceworld", max_steps=max_steps, scienceworld=sw),
+        tasks=TasksConfig(families=(TaskFamilyConfig(name="quest", n_games=2),)),
+        collect=CollectConfig(
+            episodes={"expert": 1, "noisy": 1, "random": 1},
+            p_invalid=0.3,
+            splits=("train",),
+            workers=1,
+        ),
+    )
+
+
+@pytest.fixture(scope="module")
+def suite(tmp_path_factory: pytest.TempPathFactory) -> list[Task]:
+    """One variation per split of find-non-living-thing, gold paths verified (~10-20 s)."""
+    return generate_task_suite(_config(), tmp_path_factory.mktemp("sw"), progress=False)
+
+
+@pytest.fixture(scope="module")
+def env():
+    """One engine (JVM) shared by the tests of this module."""
+    e = make_env(_config().env)
+    yield e
+    e.close()
+
+
+def _train(suite: list[Task]) -> Task:
+    return next(t for t in suite if t.split == "train")
+
+
+def test_suite_splits_by_scienceworld_variation_lists(suite: list[Task], tmp_path: Path):
+    assert sorted(t.split for t in suite) == ["test", "train", "validation"]
+    assert len({t.seed for t in suite}) == 3  # a variation is never in two splits
+    again = generate_task_suite(_config(), tmp_path, progress=False)
+    assert [t.model_dump() for t in again] == [t.model_dump() for t in suite]  # deterministic
+    for t in suite:
+        assert t.env == "scienceworld" and t.family == "find-non-living-thing"
+        assert t.instruction.startswith("Your task is to")
+        assert t.walkthrough and t.difficulty == len(t.walkthrough)
+
+
+def test_expert_solves_and_reward_is_outcome_only(env: ScienceWorldEnv, suite: list[Task]):
+    task = _train(suite)
+    obs, info = env.reset(task)
+    assert obs.startswith("Location: ") and "\nInventory: " in obs
+    assert info[VALID] and not info[WON]
+    rewards = []
+    while True:
+        action = env.expert_action()
+        assert action is not None
+        # the bounded admissible list always offers the expert's next action
+        assert action in info[ADMISSIBLE] and len(info[ADMISSIBLE]) <= MAX_ADMISSIBLE
+        obs, reward, terminated, truncated, info = env.step(action)
+        rewards.append(reward)
+        if terminated or truncated:
+            break
+    assert rewards[-1] == 1 and sum(rewards) == 1
+    assert terminated and not truncated and info[WON] and info["score"] == 100
+    assert info[ADMISSIBLE] == [] and env.expert_action() is None
+    with pytest.raises(RuntimeError):
+        env.step("look around")
+
+
+def test_replay_in_a_fresh_engine_equals_live_stepping(env: ScienceWorldEnv, suite: list[Task]):
+    task = _train(suite)
+    env.reset(task)
+    actions = [*task.walkthrough[:3], "look around", "pick up unicorn", task.walkthrough[3]]
+    live = []
+    for a in actions:
+        live.append(env.step(a))
+    other = ScienceWorldEnv(max_steps=20, max_admissible=MAX_ADMISSIBLE)
+    try:
+        for i in (0, 3, len(actions) - 1):
+            got = other.replay(task, actions[:i], actions[i])
+            obs, reward, terminated, truncated, info = live[i]
+            assert got.observation == obs
+            assert (got.reward, got.terminated, got.truncated) == (reward, terminated, truncated)
+            assert got.info[ADMISSIBLE] == info[ADMISSIBLE]
+    finally:
+        other.close()
+
+
+def test_malformed_and_unknown_actions_leave_the_state(env: ScienceWorldEnv, suite: list[Task]):
+    obs, _ = env.reset(_train(suite))
+    location = obs.splitlines()[0]
+    for bad in ("blah blah", "pick up unicorn", "go north\nlook around", "!!!"):
+        obs, reward, terminated, _truncated, info = env.step(bad)
+        assert not info[VALID] and reward == 0 and not terminated and not info[LOST]
+        assert obs.splitlines()[0] == location
+        assert "No known action" in info[FEEDBACK]
+    assert env.history[0] == "blah blah"
+
+
+def test_killed_jvm_fails_the_episode_and_the_next_one_works(suite: list[Task]):
+    task = _train(suite)
+    env = ScienceWorldEnv(max_steps=20)
+    try:
+        env.reset(task)
+        env.step(task.walkthrough[0])
+        pid = env.engine_pid
+        assert pid is not None
+        os.kill(pid, signal.SIGKILL)
+        with pytest.raises(EnvError):
+            env.step(task.walkthrough[1])
+        assert env.engine_pid is None  # the dead engine was dropped
+        env.reset(task)  # a fresh JVM
+        assert env.engine_pid not in (None, pid)
+        reward = 0
+        for action in task.walkthrough:
+            _, reward, terminated, _, _ = env.step(action)
+        assert reward == 1 and terminated
+    finally:
+        env.close()
+
+
+def test_collection_runs_on_scienceworld(suite: list[Task], tmp_path: Path):
+    summary = collect(_config(), suite, tmp_path, tmp_path, progress=False)
+    trajs = [t for p in tmp_path.glob("*.jsonl") for t in read_jsonl(p, Trajectory)]
+    assert summary["n_trajectories"] == 3 == len(trajs)  # train split only
+    assert {t.policy for t in trajs} == {"expert", "noisy", "random"}
+    expert = next(t for t in trajs if t.policy == "expert")
+    assert expert.success and expert.steps[-1].reward == 1
+    assert all(s.admissible_actions for s in expert.steps)
+    assert all(t.env == "scienceworld" and t.split == "train" for t in trajs)
