@@ -261,3 +261,22 @@ def tag_model_alias(name: str, alias: str, tags: Mapping[str, Any]) -> str | Non
     for key, value in tags.items():
         client.set_model_version_tag(name, version, key, str(value))
     return str(version)
+
+
+def model_version_by_alias(name: str, alias: str) -> tuple[str, dict[str, str]] | None:
+    """(version, tags) of ``name@alias``, or None when the model or the alias is missing."""
+    from mlflow import MlflowClient
+    from mlflow.exceptions import MlflowException
+
+    try:
+        mv = MlflowClient().get_model_version_by_alias(name, alias)
+    except MlflowException:
+        return None
+    return str(mv.version), dict(mv.tags or {})
+
+
+def set_model_alias(name: str, alias: str, version: str) -> None:
+    """Point ``name@alias`` at ``version`` (moves the alias if it is set elsewhere)."""
+    from mlflow import MlflowClient
+
+    MlflowClient().set_registered_model_alias(name, alias, version)

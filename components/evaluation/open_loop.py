@@ -59,9 +59,7 @@ def open_loop_rollouts(
                 state=state,
                 action=step.action,
                 history=tuple(hist[-settings.history_len :]) if settings.history_len else (),
-                retrieved=tuple(t for t in near if t.episode_id != traj.episode_id)[
-                    : settings.k
-                ],
+                retrieved=tuple(t for t in near if t.episode_id != traj.episode_id)[: settings.k],
             )
             prompts.append(
                 [

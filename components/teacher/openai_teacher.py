@@ -11,20 +11,24 @@ from every message, error, log line and result this module produces.
 
 from __future__ import annotations
 
-import email.utils
 import json
 import logging
 import os
 import random
-import re
 import threading
-import time
 from collections.abc import Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from typing import Any
 
 from components.config import TeacherConfig
+from components.lm.retry import FATAL_STATUS as _FATAL_STATUS
+from components.lm.retry import MAX_RETRY_AFTER_S as MAX_RETRY_AFTER_S
+from components.lm.retry import REDACTED as REDACTED
+from components.lm.retry import RETRY_STATUS as _RETRY_STATUS
+from components.lm.retry import Redactor as Redactor
+from components.lm.retry import backoff_s
+from components.lm.retry import retry_after_s as _retry_after_s
 from components.teacher.base import (
     Annotation,
     AnnotationRequest,
@@ -49,13 +53,9 @@ PRICES_PER_MTOK: dict[str, tuple[float, float]] = {
     "gpt-4.1-mini": (0.40, 1.60),
     "gpt-4.1-nano": (0.10, 0.40),
 }
-MAX_RETRY_AFTER_S = 600.0
 RETRY_TEMPERATURE = 0.7  # re-sample a malformed answer: a greedy retry would repeat it
-_RETRY_STATUS = frozenset({408, 409, 429})
-_FATAL_STATUS = frozenset({401, 403, 404})
-_BEARER = re.compile(r"(?i)(bearer\s+)[^\s\"',}]+")
-_SK = re.compile(r"\bsk-[A-Za-z0-9_\-]{6,}")
-REDACTED = "***"
+# The retry policy, Redactor and Retry-After parsing live in components.lm.retry (shared
+# with the generation backend); the names above stay importable from here.
 
 
 @dataclass(frozen=True)
@@ -92,24 +92,6 @@ def resolve_price(cfg: TeacherConfig) -> Price | None:
 def estimate_prompt_tokens(messages: Sequence[dict[str, str]]) -> int:
     """Upper-bound guess of prompt tokens (English is ~4 chars/token; 3 leaves a margin)."""
     return sum(len(m["content"]) // 3 + 8 for m in messages) + 8
-
-
-class Redactor:
-    """Removes secrets (the key, any bearer token, sk-... strings) from text."""
-
-    def __init__(self, *secrets: str) -> None:
-        self._secrets = tuple(s for s in secrets if s and len(s) >= 4)
-
-    def __call__(self, text: object) -> str:
-        """Redacted string form of ``text``."""
-        out = str(text)
-        for s in self._secrets:
-            out = out.replace(s, REDACTED)
-        out = _BEARER.sub(lambda m: m.group(1) + REDACTED, out)
-        return _SK.sub(REDACTED, out)
-
-    def __repr__(self) -> str:
-        return f"Redactor({len(self._secrets)} secret(s))"
 
 
 class CostMeter:
@@ -167,29 +149,6 @@ def _parse_completion(text: str) -> tuple[str, str | None, dict[str, Any] | None
         raise _BadBody("completion has no text content")
     usage = data.get("usage") if isinstance(data.get("usage"), dict) else None
     return content, choice.get("finish_reason"), usage
-
-
-def _retry_after_s(headers: Any) -> float | None:
-    """Seconds from Retry-After-Ms / Retry-After (seconds or HTTP date), if any."""
-    if headers is None:
-        return None
-    ms = headers.get("retry-after-ms")
-    if ms:
-        try:
-            return max(0.0, float(ms) / 1000)
-        except ValueError:
-            pass
-    value = headers.get("retry-after")
-    if not value:
-        return None
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        try:
-            when = email.utils.parsedate_to_datetime(value)
-        except (TypeError, ValueError):
-            return None
-        return max(0.0, when.timestamp() - time.time())
 
 
 class OpenAITeacher:
@@ -277,13 +236,12 @@ class OpenAITeacher:
     # -- one request with retries ---------------------------------------------------------
 
     def _backoff(self, attempt: int) -> float:
-        cap = min(self.cfg.backoff_max_s, self.cfg.backoff_base_s * 2**attempt)
         with self._rng_lock:  # "equal jitter": at least half the step, spread over the rest
-            return cap / 2 + self._rng.uniform(0, cap / 2)
+            return backoff_s(attempt, self.cfg.backoff_base_s, self.cfg.backoff_max_s, self._rng)
 
     def _annotate_one(self, req: AnnotationRequest, stop: threading.Event) -> Annotation:
         cfg = self.cfg
-        messages = build_messages(req)
+        messages = self._messages(req)
         worst_prompt = estimate_prompt_tokens(messages)
         tokens = [0, 0]  # prompt, completion over all attempts
         cost = 0.0
@@ -332,7 +290,7 @@ class OpenAITeacher:
                 raw = content
                 if finish == "length":
                     raise MalformedAnswerError(f"answer cut at max_tokens={cfg.max_tokens}")
-                reasoning = parse_reasoning(content)
+                reasoning = self._parse(content)
                 return result("ok", reasoning, attempts)
             except MalformedAnswerError as e:
                 error = f"malformed answer: {e}"
@@ -378,6 +336,14 @@ class OpenAITeacher:
                 error = "stopped"
                 return result("skipped", attempts=attempts)
         return result("failed", attempts=attempts)
+
+    def _messages(self, req: AnnotationRequest) -> list[dict[str, str]]:
+        """The chat messages of one request (the judge reuses this loop with its own)."""
+        return build_messages(req)
+
+    def _parse(self, content: str) -> str:
+        """The validated answer text; raises MalformedAnswerError (retried as malformed)."""
+        return parse_reasoning(content)
 
     def _call(
         self, messages: list[dict[str, str]], temperature: float

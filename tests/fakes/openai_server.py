@@ -9,6 +9,12 @@ its headers (tests check that Authorization arrived); nothing is ever logged.
 
     with FakeOpenAIServer(faults=["429", "ok"], api_key="sk-test") as srv:
         client = openai.OpenAI(base_url=srv.base_url, api_key="sk-test")
+
+Opt-in generation-server behaviour (off by default, so the teacher tests see no change):
+``honor_stop=True`` cuts each answer at the request's earliest ``stop`` string as vLLM
+does (the string is dropped unless ``include_stop_str_in_output``; ``finish_reason``
+"stop" and vLLM's ``stop_reason`` name it); ``serve_completions=True`` also serves
+``POST /v1/completions`` (raw ``prompt``, answers in ``choices[0].text``).
 """
 
 from __future__ import annotations
@@ -36,6 +42,9 @@ MALFORMED = "malformed"  # valid completion whose answer has no <think>...</thin
 LENGTH = "length"  # answer cut by max_tokens: finish_reason 'length', no closing tag
 UNAUTHORIZED_ECHO = "401_echo"  # 401 whose body echoes the Authorization header back
 BAD_REQUEST = "400"
+DROP = "drop"  # the connection closes before any response byte (a proxy restart)
+RATE_LIMIT_BARE = "429_bare"  # 429 without Retry-After: the client's own backoff applies
+SLOW_BODY = "slow_body"  # headers and half the body, then a pause of delay_s (read timeout)
 FAULTS = (
     OK,
     DELAY,
@@ -49,8 +58,12 @@ FAULTS = (
     LENGTH,
     UNAUTHORIZED_ECHO,
     BAD_REQUEST,
+    DROP,
+    RATE_LIMIT_BARE,
+    SLOW_BODY,
 )
 
+COMPLETIONS_PATH = "/v1/completions"
 _ACTION_LINE = re.compile(r"^Action \(a_t\): (.*)$", re.MULTILINE)
 
 
@@ -75,6 +88,27 @@ def default_answer(body: dict[str, Any]) -> str:
     return f"<think>Taking '{action}' here leads to the recorded next state.</think>"
 
 
+_JUDGE_STEP = re.compile(r"^Step \d+$", re.MULTILINE)
+
+
+def judge_answer(body: dict[str, Any]) -> str:
+    """A valid judge verdict whose scores encode the number of steps shown (routing check).
+
+    For n steps: consistency = n % 3, informativeness = (n + 1) % 3, diversity = 2,
+    hallucination = 2. Pass as ``answer_fn`` to serve the judge's JSON verdicts.
+    """
+    messages = body.get("messages") or [{}]
+    n = len(_JUDGE_STEP.findall(str(messages[-1].get("content", ""))))
+    verdict = {
+        "consistency": n % 3,
+        "diversity": 2,
+        "informativeness": (n + 1) % 3,
+        "hallucination": 2,
+        "rationale": f"{n} steps judged",
+    }
+    return json.dumps(verdict)
+
+
 def count_tokens(text: str) -> int:
     """The fake tokenizer: whitespace-separated words."""
     return len(text.split())
@@ -88,6 +122,8 @@ class _State:
     delay_s: float
     retry_after_s: float
     answer_fn: Callable[[dict[str, Any]], str]
+    honor_stop: bool = False
+    serve_completions: bool = False
     lock: threading.Lock = field(default_factory=threading.Lock)
     stop: threading.Event = field(default_factory=threading.Event)
     requests: list[RecordedRequest] = field(default_factory=list)
@@ -151,7 +187,8 @@ class _Handler(BaseHTTPRequestHandler):
             body = json.loads(raw or b"{}")
         except ValueError:
             body = None
-        if self.path.rstrip("/") != "/v1/chat/completions" or not isinstance(body, dict):
+        served = {"/v1/chat/completions"} | ({COMPLETIONS_PATH} if st.serve_completions else set())
+        if self.path.rstrip("/") not in served or not isinstance(body, dict):
             self._record(body, "bad_path")
             self._json(404, {"error": {"message": "not found", "type": "not_found"}})
             return
@@ -205,6 +242,22 @@ class _Handler(BaseHTTPRequestHandler):
         elif fault == TRUNCATED_JSON:
             payload = json.dumps(self._completion(body, st.answer_fn(body), fault)).encode()
             self._send(200, payload[: len(payload) // 2])
+        elif fault == DROP:
+            self.close_connection = True  # nothing written: the client sees a dead socket
+        elif fault == RATE_LIMIT_BARE:
+            self._json(429, err)
+        elif fault == SLOW_BODY:
+            payload = json.dumps(self._completion(body, st.answer_fn(body), fault)).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(payload)))
+            self.end_headers()
+            self.wfile.write(payload[: len(payload) // 2])
+            self.wfile.flush()
+            if st.stop.wait(st.delay_s):
+                return
+            self.wfile.write(payload[len(payload) // 2 :])
+            self.wfile.flush()
         elif fault == MALFORMED:
             answer = "The action leads to the next state because it is valid."
             self._json(200, self._completion(body, answer, fault))
@@ -219,25 +272,72 @@ class _Handler(BaseHTTPRequestHandler):
         self, body: dict[str, Any], answer: str, fault: str, finish_reason: str = "stop"
     ) -> dict[str, Any]:
         st = self.server.state
+        stop_reason = None
+        if st.honor_stop:
+            answer, finish_reason, stop_reason = _apply_stop(body, answer, finish_reason)
+        if self.path.rstrip("/") == COMPLETIONS_PATH:
+            return self._text_completion(body, answer, fault, finish_reason, stop_reason)
         prompt = " ".join(str(m.get("content", "")) for m in body.get("messages", []))
         usage = {"prompt_tokens": count_tokens(prompt), "completion_tokens": count_tokens(answer)}
         usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
         with st.lock:
             st.served.append({"fault": fault, **usage})
+        choice: dict[str, Any] = {
+            "index": 0,
+            "message": {"role": "assistant", "content": answer},
+            "finish_reason": finish_reason,
+        }
+        if st.honor_stop:
+            choice["stop_reason"] = stop_reason  # vLLM names the stop string that matched
         return {
             "id": f"chatcmpl-fake-{len(st.served)}",
             "object": "chat.completion",
             "created": int(time.time()),
             "model": body.get("model", "fake-model"),
-            "choices": [
-                {
-                    "index": 0,
-                    "message": {"role": "assistant", "content": answer},
-                    "finish_reason": finish_reason,
-                }
-            ],
+            "choices": [choice],
             "usage": usage,
         }
+
+    def _text_completion(
+        self,
+        body: dict[str, Any],
+        answer: str,
+        fault: str,
+        finish_reason: str,
+        stop_reason: str | None,
+    ) -> dict[str, Any]:
+        st = self.server.state
+        prompt = str(body.get("prompt", ""))
+        usage = {"prompt_tokens": count_tokens(prompt), "completion_tokens": count_tokens(answer)}
+        usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
+        with st.lock:
+            st.served.append({"fault": fault, **usage})
+        choice = {
+            "index": 0,
+            "text": answer,
+            "finish_reason": finish_reason,
+            "stop_reason": stop_reason,
+        }
+        return {
+            "id": f"cmpl-fake-{len(st.served)}",
+            "object": "text_completion",
+            "created": int(time.time()),
+            "model": body.get("model", "fake-model"),
+            "choices": [choice],
+            "usage": usage,
+        }
+
+
+def _apply_stop(body: dict[str, Any], answer: str, finish_reason: str) -> tuple[str, str, Any]:
+    """(answer cut at the earliest requested stop string, finish_reason, stop_reason)."""
+    stop = body.get("stop") or []
+    stop = [stop] if isinstance(stop, str) else list(stop)
+    hits = [(answer.index(s), s) for s in stop if s in answer]
+    if not hits:
+        return answer, finish_reason, None
+    at, s = min(hits)
+    keep = at + len(s) if body.get("include_stop_str_in_output") else at
+    return answer[:keep], "stop", s
 
 
 class FakeOpenAIServer:
@@ -252,12 +352,23 @@ class FakeOpenAIServer:
         retry_after_s: float = 0.2,
         fault_fn: Callable[[int, dict[str, Any]], str] | None = None,
         answer_fn: Callable[[dict[str, Any]], str] = default_answer,
+        honor_stop: bool = False,
+        serve_completions: bool = False,
     ) -> None:
         faults = list(faults)
         unknown = sorted(set(faults) - set(FAULTS))
         if unknown:
             raise ValueError(f"unknown faults {unknown}; known: {FAULTS}")
-        self._state = _State(deque(faults), fault_fn, api_key, delay_s, retry_after_s, answer_fn)
+        self._state = _State(
+            deque(faults),
+            fault_fn,
+            api_key,
+            delay_s,
+            retry_after_s,
+            answer_fn,
+            honor_stop=honor_stop,
+            serve_completions=serve_completions,
+        )
         self._server: _Server | None = None
         self._thread: threading.Thread | None = None
 

@@ -1,0 +1,326 @@
+"""Drift of synthetic from real transitions, with Evidently (one report per iteration).
+
+Each transition becomes one row of features of what the experience model generated:
+
+| feature | type | what |
+|---|---|---|
+| ``state_chars`` / ``action_chars`` | numeric | text lengths of the next state / action |
+| ``state_ttr`` | numeric | type-token ratio of the next state's words (repetitiveness) |
+| ``state_oov`` | numeric | share of next-state words outside the real vocabulary |
+| ``reward`` | categorical | the reward (the reward rate) |
+| ``action_verb`` | categorical | first word of the action (action types) |
+| ``emb_dist`` | numeric | cosine distance of the next state's embedding to the real centroid |
+| ``emb_pc<i>`` | numeric | projection on the i-th principal component of the real embeddings |
+
+The real vocabulary is the words used by at least ``min_vocab_episodes`` distinct real
+episodes, and real rows are scored against the same vocabulary, so an identical synthetic
+set has the same OOV distribution as the real one. Evidently's ``DataDriftPreset`` picks a
+stat test per column (K-S / Wasserstein for numbers, chi-square / Z-test for categories);
+per-feature verdicts are read from its tests (``FAIL`` = drift), never by comparing values
+whose direction differs per method. The overall flag is ``drift_share >= drift.drift_share``.
+Evidently ~7 s to import: imported inside the functions.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import random
+import re
+import warnings
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from components.config import BufferConfig, DriftConfig
+from components.schema import Transition
+
+if TYPE_CHECKING:  # the buffer package imports LanceDB (~5 s): only its types here
+    from components.buffer.embedders import Embedder
+
+NUMERIC = ("state_chars", "action_chars", "state_ttr", "state_oov")
+CATEGORICAL = ("reward", "action_verb")
+EMB_DIST = "emb_dist"
+MIN_ROWS = 5  # fewer rows on a side: no statistical test is meaningful
+HASHING_DIM = 256
+_WORD = re.compile(r"[a-z][a-z'-]*")
+_FAIL = "FAIL"
+
+
+class HashingEmbedder:
+    """Signed feature hashing of unigrams and bigrams: no model, deterministic, fast."""
+
+    def __init__(self, dim: int = HASHING_DIM) -> None:
+        self._dim = dim
+
+    @property
+    def name(self) -> str:
+        """Identity of the vector space."""
+        return f"hashing:{self._dim}"
+
+    @property
+    def dim(self) -> int:
+        """Vector dimension."""
+        return self._dim
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        """Unit float32 rows of hashed word unigrams + bigrams."""
+        from components.buffer.embedders import normalize_rows
+
+        out = np.zeros((len(texts), self._dim), dtype=np.float32)
+        for i, text in enumerate(texts):
+            words = _WORD.findall(text.lower())
+            for gram in [*words, *(f"{a} {b}" for a, b in itertools.pairwise(words))]:
+                # blake2b, not hash(): Python's string hash is salted per process
+                h = int.from_bytes(hashlib.blake2b(gram.encode(), digest_size=8).digest(), "big")
+                out[i, h % self._dim] += 1.0 if (h >> 63) & 1 else -1.0
+        return normalize_rows(out)
+
+
+def make_drift_embedder(cfg: DriftConfig) -> Embedder | None:
+    """The embedder named by ``drift.embedder`` (None: no embedding features)."""
+    if cfg.embedder == "none":
+        return None
+    if cfg.embedder == "hashing":
+        return HashingEmbedder()
+    from components.buffer.embedders import make_embedder
+
+    return make_embedder(BufferConfig(embedder=cfg.embedder))
+
+
+def words(text: str) -> list[str]:
+    """Lower-case words of a text."""
+    return _WORD.findall(text.lower())
+
+
+def real_vocabulary(real: Iterable[Transition], min_episodes: int) -> frozenset[str]:
+    """Words that at least ``min_episodes`` distinct real episodes use in their states."""
+    episodes: dict[str, set[str]] = defaultdict(set)
+    for t in real:
+        episodes[t.episode_id].update(words(t.state), words(t.next_state))
+    df: Counter[str] = Counter()
+    for vocab in episodes.values():
+        df.update(vocab)
+    return frozenset(w for w, n in df.items() if n >= min_episodes)
+
+
+def text_features(t: Transition, vocabulary: frozenset[str]) -> dict[str, Any]:
+    """The non-embedding features of one transition."""
+    ws = words(t.next_state)
+    action = words(t.action)
+    return {
+        "state_chars": float(len(t.next_state)),
+        "action_chars": float(len(t.action)),
+        "state_ttr": len(set(ws)) / len(ws) if ws else 0.0,
+        "state_oov": sum(w not in vocabulary for w in ws) / len(ws) if ws else 0.0,
+        "reward": str(t.reward),
+        "action_verb": action[0] if action else "<none>",
+    }
+
+
+def _subsample(rows: Sequence[Transition], n: int, seed: int) -> list[Transition]:
+    ordered = sorted(rows, key=lambda t: t.id)  # input order must not change the sample
+    return ordered if len(ordered) <= n else random.Random(seed).sample(ordered, n)
+
+
+def embedding_features(
+    real_vecs: np.ndarray, cur_vecs: np.ndarray, n_components: int
+) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """Distance to the real centroid and projections on the real principal components."""
+    centroid = real_vecs.mean(axis=0)
+    norm = float(np.linalg.norm(centroid)) or 1.0
+    unit = centroid / norm
+    ref: dict[str, np.ndarray] = {EMB_DIST: 1.0 - real_vecs @ unit}
+    cur: dict[str, np.ndarray] = {EMB_DIST: 1.0 - cur_vecs @ unit}
+    k = min(n_components, real_vecs.shape[0] - 1, real_vecs.shape[1])
+    if k > 0:
+        # principal axes of the real embeddings (SVD of the centred matrix)
+        _, _, vt = np.linalg.svd(real_vecs - centroid, full_matrices=False)
+        for i in range(k):
+            ref[f"emb_pc{i + 1}"] = (real_vecs - centroid) @ vt[i]
+            cur[f"emb_pc{i + 1}"] = (cur_vecs - centroid) @ vt[i]
+    return ref, cur
+
+
+def feature_frames(
+    real: Sequence[Transition],
+    synthetic: Sequence[Transition],
+    cfg: DriftConfig,
+    embedder: Embedder | None = None,
+    vocabulary: frozenset[str] | None = None,
+) -> tuple[Any, Any]:
+    """(reference, current) pandas frames of the drift features (seeded subsamples)."""
+    import pandas as pd
+
+    vocab = vocabulary if vocabulary is not None else real_vocabulary(real, cfg.min_vocab_episodes)
+    ref_rows = _subsample(real, cfg.max_rows, cfg.seed)
+    cur_rows = _subsample(synthetic, cfg.max_rows, cfg.seed)
+    ref = pd.DataFrame([text_features(t, vocab) for t in ref_rows])
+    cur = pd.DataFrame([text_features(t, vocab) for t in cur_rows])
+    if embedder is not None and ref_rows and cur_rows:
+        ref_vecs = embedder.embed([t.next_state for t in ref_rows])
+        cur_vecs = embedder.embed([t.next_state for t in cur_rows])
+        ref_emb, cur_emb = embedding_features(ref_vecs, cur_vecs, cfg.embedding_components)
+        for name in ref_emb:
+            ref[name] = ref_emb[name].astype(float)
+            cur[name] = cur_emb[name].astype(float)
+    return ref, cur
+
+
+def side_stats(frame: Any) -> dict[str, Any]:
+    """Plain means of a feature frame (reward rate, lengths, vocabulary) for the summary."""
+    if len(frame) == 0:
+        return {"n": 0}
+    out: dict[str, Any] = {"n": len(frame), "reward_rate": float((frame["reward"] == "1").mean())}
+    for col in frame.columns:
+        if col not in CATEGORICAL:
+            out[f"{col}_mean"] = float(frame[col].mean())
+    verbs = frame["action_verb"].value_counts(normalize=True).head(5)
+    out["top_action_verbs"] = {str(k): round(float(v), 4) for k, v in verbs.items()}
+    return out
+
+
+def _test_verdicts(snapshot: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Per column: drifted (the test's FAIL), method, score and threshold."""
+    values = {
+        m["config"].get("column"): m
+        for m in snapshot["metrics"]
+        if m["config"].get("type", "").endswith("ValueDrift")
+    }
+    out: dict[str, dict[str, Any]] = {}
+    for test in snapshot.get("tests", []):
+        params = test.get("metric_config", {}).get("params", {})
+        column = params.get("column")
+        if column is None or not params.get("type", "").endswith("ValueDrift"):
+            continue
+        metric = values.get(column, {})
+        score = metric.get("value")
+        out[column] = {
+            "drifted": test.get("status") == _FAIL,
+            "method": params.get("method"),
+            "threshold": params.get("threshold"),
+            "score": None if score is None or score != score else float(score),  # NaN -> None
+        }
+    return out
+
+
+def _drift_share(snapshot: dict[str, Any]) -> tuple[float, int]:
+    for m in snapshot["metrics"]:
+        if m["config"].get("type", "").endswith("DriftedColumnsCount"):
+            return float(m["value"]["share"]), int(m["value"]["count"])
+    raise ValueError("the Evidently snapshot has no DriftedColumnsCount metric")
+
+
+def run_drift(
+    real: Sequence[Transition],
+    synthetic: Sequence[Transition],
+    cfg: DriftConfig,
+    html_path: Path | None = None,
+    *,
+    embedder: Embedder | None = None,
+    vocabulary: frozenset[str] | None = None,
+) -> dict[str, Any]:
+    """Evidently drift report of synthetic vs real transitions: summary dict (+ HTML file)."""
+    ref, cur = feature_frames(real, synthetic, cfg, embedder, vocabulary)
+    summary: dict[str, Any] = {
+        "n_reference": len(ref),
+        "n_current": len(cur),
+        "reference": side_stats(ref),
+        "current": side_stats(cur),
+    }
+    if len(ref) < MIN_ROWS or len(cur) < MIN_ROWS:
+        return {
+            **summary,
+            "skipped": f"fewer than {MIN_ROWS} transitions on a side",
+            "drift_share": None,
+            "drifted": None,
+        }
+    from evidently import DataDefinition, Dataset, Report
+    from evidently.presets import DataDriftPreset
+
+    numeric = [c for c in ref.columns if c not in CATEGORICAL]
+    definition = DataDefinition(numerical_columns=numeric, categorical_columns=list(CATEGORICAL))
+    preset = DataDriftPreset(
+        drift_share=cfg.drift_share,
+        num_method=cfg.num_method,
+        cat_method=cfg.cat_method,
+        threshold=cfg.threshold,
+    )
+    # include_tests on the Report: the preset's own flag alone emits no tests (API-NOTES §7)
+    report = Report([preset], include_tests=True)
+    with warnings.catch_warnings(), np.errstate(divide="ignore", invalid="ignore"):
+        # Evidently correlates the numeric columns: a constant one divides by zero (harmless)
+        warnings.simplefilter("ignore", RuntimeWarning)
+        snap = report.run(
+            reference_data=Dataset.from_pandas(ref, data_definition=definition),
+            current_data=Dataset.from_pandas(cur, data_definition=definition),
+        )
+    data = snap.dict()
+    share, count = _drift_share(data)
+    features = _test_verdicts(data)
+    if html_path is not None:
+        html_path.parent.mkdir(parents=True, exist_ok=True)
+        snap.save_html(str(html_path))
+        summary["html"] = str(html_path)
+    return {
+        **summary,
+        "drift_share": share,
+        "n_drifted": count,
+        "n_features": len(features),
+        "drifted": share >= cfg.drift_share,
+        "threshold_share": cfg.drift_share,
+        "features": features,
+    }
+
+
+def by_iteration(transitions: Iterable[Transition]) -> dict[int, list[Transition]]:
+    """Synthetic transitions grouped by their co-evolution iteration (provenance)."""
+    groups: dict[int, list[Transition]] = defaultdict(list)
+    for t in transitions:
+        groups[t.provenance.iteration].append(t)
+    return dict(sorted(groups.items()))
+
+
+def drift_by_iteration(
+    real: Sequence[Transition],
+    synthetic: Sequence[Transition],
+    cfg: DriftConfig,
+    out_dir: Path,
+    *,
+    embedder: Embedder | None = None,
+) -> dict[str, Any]:
+    """One report per iteration (``out_dir/drift_iter<k>.html``); summaries + overall flag."""
+    vocab = real_vocabulary(real, cfg.min_vocab_episodes)
+    iterations: dict[str, Any] = {}
+    for it, rows in by_iteration(synthetic).items():
+        iterations[str(it)] = run_drift(
+            real,
+            rows,
+            cfg,
+            out_dir / f"drift_iter{it}.html",
+            embedder=embedder,
+            vocabulary=vocab,
+        )
+    flags = [r["drifted"] for r in iterations.values() if r.get("drifted") is not None]
+    return {
+        "iterations": iterations,
+        "drifted": any(flags),
+        "n_iterations": len(iterations),
+        "n_drifted_iterations": sum(flags),
+    }
+
+
+def drift_metrics(result: Mapping[str, Any]) -> dict[str, Any]:
+    """The metrics-file view of ``drift_by_iteration``: per iteration drift_share, drifted."""
+    return {
+        f"iter_{it}": {
+            "drift_share": r.get("drift_share"),
+            "drifted": r.get("drifted"),
+            "n_drifted": r.get("n_drifted"),
+            "n_transitions": r.get("n_current"),
+        }
+        for it, r in result["iterations"].items()
+    }

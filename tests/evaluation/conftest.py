@@ -1,0 +1,162 @@
+"""Fixtures for the evaluation tests: a 2-game real TextWorld suite, records, a fake server."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from components.config import (
+    CollectConfig,
+    Config,
+    EnvConfig,
+    JudgeConfig,
+    SplitConfig,
+    TaskFamilyConfig,
+    TasksConfig,
+)
+from components.schema import Provenance, Task, Trajectory, Transition, stable_id
+from tests.fakes.openai_server import FakeOpenAIServer
+
+KEY_ENV = "DREAMGYM_TEST_JUDGE_KEY"
+SENTINEL_KEY = "sk-SENTINEL-judge-key-0123456789abcdef"
+
+
+@dataclass(frozen=True)
+class Games:
+    """A generated suite: the project root its game paths are relative to, and its tasks."""
+
+    root: Path
+    tasks: list[Task]
+
+    def by_id(self) -> dict[str, Task]:
+        """task_id -> Task."""
+        return {t.task_id: t for t in self.tasks}
+
+
+def _suite_config() -> Config:
+    # two quest games of difficulty 3: 3-step walkthroughs (open, take, put / go, take, put)
+    return Config(
+        profile="ci",
+        seed=7,
+        env=EnvConfig(max_steps=12),
+        tasks=TasksConfig(
+            families=(
+                TaskFamilyConfig(name="quest", n_games=2, min_difficulty=3, max_difficulty=3),
+            ),
+            split=SplitConfig(train=0.4, validation=0.3),
+            workers=2,
+        ),
+        collect=CollectConfig(episodes={"expert": 1}, splits=("train",), workers=1),
+    )
+
+
+@pytest.fixture(scope="session")
+def tw_games(tmp_path_factory: pytest.TempPathFactory) -> Games:
+    """Two real TextWorld games generated once per session (~10 s)."""
+    from components.envs.textworld_tasks import generate_task_suite
+
+    root = tmp_path_factory.mktemp("judge_tw")
+    tasks = generate_task_suite(_suite_config(), root / "data" / "tasks", progress=False, root=root)
+    return Games(root=root, tasks=tasks)
+
+
+def play(env: Any, task: Task, actions: list[str]) -> Trajectory:
+    """Play ``actions`` in the REAL env and record them as a synthetic trajectory.
+
+    A faithful "synthetic" trajectory: what a perfect experience model would predict.
+    """
+    state, _ = env.reset(task)
+    episode_id = stable_id("judge-test", task.task_id, *actions)
+    initial, steps = state, []
+    for i, action in enumerate(actions):
+        obs, reward, terminated, truncated, info = env.step(action)
+        steps.append(
+            Transition(
+                id=Transition.make_id(episode_id, i),
+                task_id=task.task_id,
+                env="textworld",
+                episode_id=episode_id,
+                step_index=i,
+                instruction=task.instruction,
+                state=state,
+                action=action,
+                next_state=obs,
+                reward=reward,
+                done=terminated or truncated,
+                admissible_actions=None,
+                valid_action=bool(info.get("valid_action", True)),
+                source="synthetic",
+                provenance=Provenance(policy="agent", iteration=1, checkpoint="ckpt-1"),
+            )
+        )
+        state = obs
+        if terminated or truncated:
+            break
+    return Trajectory(
+        episode_id=episode_id,
+        task_id=task.task_id,
+        env="textworld",
+        split=task.split,
+        source="synthetic",
+        policy="agent",
+        initial_state=initial,
+        steps=steps,
+        success=bool(steps and steps[-1].reward),
+    )
+
+
+def with_steps(traj: Trajectory, **changes_by_step: dict[str, Any]) -> Trajectory:
+    """A copy with some transitions changed: ``with_steps(t, s1={"next_state": ...})``."""
+    steps = list(traj.steps)
+    for key, update in changes_by_step.items():
+        i = int(key.removeprefix("s"))
+        steps[i] = steps[i].model_copy(update=update)
+    episode_id = traj.episode_id + "-x"
+    steps = [
+        s.model_copy(update={"episode_id": episode_id, "id": Transition.make_id(episode_id, i)})
+        for i, s in enumerate(steps)
+    ]
+    success = bool(steps[-1].reward)
+    return traj.model_copy(update={"steps": steps, "episode_id": episode_id, "success": success})
+
+
+def judge_config(**overrides: Any) -> JudgeConfig:
+    """Judge settings with test-sized timeouts and backoffs."""
+    settings: dict[str, Any] = {
+        "api_key_env": KEY_ENV,
+        "concurrency": 2,
+        "max_retries": 2,
+        "timeout_s": 2.0,
+        "backoff_base_s": 0.01,
+        "backoff_max_s": 0.05,
+        "max_cost_usd": None,
+        "max_tokens": 128,
+    }
+    settings.update(overrides)
+    return JudgeConfig(**settings)
+
+
+@pytest.fixture
+def api_key(monkeypatch: pytest.MonkeyPatch) -> str:
+    """The sentinel key exported in the judge's key variable."""
+    monkeypatch.setenv(KEY_ENV, SENTINEL_KEY)
+    return SENTINEL_KEY
+
+
+@pytest.fixture
+def fake_openai() -> Iterator[Callable[..., FakeOpenAIServer]]:
+    """Factory of started fake servers; all stopped at teardown."""
+    servers: list[FakeOpenAIServer] = []
+
+    def start(**kwargs: Any) -> FakeOpenAIServer:
+        srv = FakeOpenAIServer(**kwargs).start()
+        servers.append(srv)
+        return srv
+
+    yield start
+    for srv in servers:
+        srv.stop()

@@ -1,0 +1,151 @@
+"""The pipeline report: renders what exists, says "not run" for the rest, invents nothing."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+from components.config import ReportConfig
+from components.evaluation.report import METRIC_FILES, NOT_RUN, build_report
+from components.evaluation.theorem1 import IterationTerms, write_theorem1
+
+CFG = ReportConfig(dpi=40, paper_reference=False)
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+def write(path: Path, data: object) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data), encoding="utf-8")
+
+
+def test_empty_metrics_dir_marks_every_input_not_run(tmp_path):
+    res = build_report(tmp_path / "metrics", tmp_path / "reports", CFG)
+    text = res.markdown.read_text()
+    assert res.markdown == tmp_path / "reports" / "report.md"
+    assert res.plots == [] and set(res.inputs) == set(METRIC_FILES)
+    assert all(v == NOT_RUN for v in res.inputs.values())
+    for name in ("table1.json", "fidelity.json", "judge.json", "drift.json", "theorem1.json"):
+        assert f"_{name}: not run._" in text
+    # no number was invented: no percentages, no decimals anywhere
+    assert not re.search(r"\d+\.\d+", text) and "%" not in text.replace("success %", "")
+
+
+def test_full_metrics_render_tables_and_plots(tmp_path):
+    m = tmp_path / "metrics"
+    write(
+        m / "data.json",
+        {
+            "n_trajectories": 1060,
+            "n_transitions": 14714,
+            "n_games": {"train": 43, "test": 7},
+            "success_rate": {"expert": 1.0},
+        },
+    )
+    write(m / "buffer.json", {"rows": 11703, "rows_real": 11703, "rows_synthetic": 0})
+    write(
+        m / "table1.json",
+        {
+            "textworld": {
+                "sft": {
+                    "success": 0.25,
+                    "ci_low": 0.1,
+                    "ci_high": 0.4,
+                    "episodes": 40,
+                    "seeds": 2,
+                    "real_steps": 0,
+                },
+                "dreamgym_grpo": {
+                    "success": 0.4,
+                    "ci_low": 0.25,
+                    "ci_high": 0.55,
+                    "episodes": 40,
+                    "seeds": 2,
+                    "real_steps": 0,
+                },
+                "dreamgym_grpo_no_replay": {
+                    "success": 0.3,
+                    "ci_low": 0.2,
+                    "ci_high": 0.45,
+                    "episodes": 40,
+                    "seeds": 2,
+                    "real_steps": 0,
+                },
+            }
+        },
+    )
+    write(
+        m / "fidelity.json",
+        {
+            "full": {
+                "n": 100,
+                "eps_R": 0.05,
+                "eps_R_ci95_low": 0.02,
+                "eps_R_ci95_high": 0.11,
+                "state_exact_match": 0.3,
+                "state_token_f1": 0.8,
+                "malformed_rate": 0.01,
+            },
+            "no_replay": {"n": 100, "eps_R": 0.09, "state_token_f1": 0.7, "malformed_rate": 0.02},
+        },
+    )
+    write(
+        m / "judge.json",
+        {
+            "full": {
+                "consistency": 1.8,
+                "diversity": 1.5,
+                "informativeness": 1.7,
+                "hallucination": 1.9,
+                "n": 100,
+            },
+            "no_replay": {
+                "consistency": 1.1,
+                "diversity": 1.4,
+                "informativeness": 1.2,
+                "hallucination": 1.3,
+                "n": 100,
+            },
+        },
+    )
+    write(
+        m / "drift.json",
+        {
+            "iter_0": {"drift_share": 0.1, "drifted": False},
+            "iter_1": {"drift_share": 0.6, "drifted": True},
+        },
+    )
+    write_theorem1([IterationTerms(0, 0.1, 0.001, 0.05, 0.2, horizon=4, real_gain=0.05)], m)
+    (m / "annotate.json").write_text("{not json")
+
+    res = build_report(m, tmp_path / "reports", CFG, drift_threshold=0.5)
+    text = res.markdown.read_text()
+    names = sorted(p.name for p in res.plots)
+    assert names == [
+        "drift.png",
+        "fidelity.png",
+        "judge.png",
+        "success_textworld.png",
+        "theorem1.png",
+    ]
+    assert all(p.read_bytes()[:8] == PNG and p.parent == res.markdown.parent for p in res.plots)
+    assert "| DreamGym GRPO | 40.0 | [25.0, 55.0] | 40 | 2 | 0 |" in text
+    assert "| SFT | 25.0 | [10.0, 40.0] |" in text
+    assert "| w/o replay | 30.0 | 0.090 | 0.700 | 1.10 | 1.30 |" in text  # ablation row
+    assert "| DreamGym GRPO w/o replay | 30.0 |" in text
+    assert "| DreamGym (full) | 100 | 1.80 | 1.50 | 1.70 | 1.90 |" in text  # judge row
+    assert "**Drift flagged** in iter_1." in text
+    assert "1,060 trajectories" in text
+    assert res.inputs["annotate.json"].startswith("unreadable")
+    assert res.inputs["experience.json"] == NOT_RUN and "experience.json: not run" in text
+    for p in res.plots:
+        assert f"]({p.name})" in text  # every plot is linked next to its table
+
+
+def test_older_flat_fidelity_file_and_paper_reference(tmp_path):
+    m = tmp_path / "metrics"
+    write(m / "fidelity.json", {"n": 100, "eps_R": 1.0, "malformed_rate": 1.0})
+    res = build_report(m, tmp_path / "r", ReportConfig(dpi=40, paper_reference=True))
+    text = res.markdown.read_text()
+    assert "| DreamGym (full) | 100 | 1.000 |" in text
+    assert "| WebShop | 32.0/35.1/32.9 |" in text and "not measured here" in text
