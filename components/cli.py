@@ -186,5 +186,35 @@ def main() -> None:
     app()
 
 
+@app.command("judge")
+def judge(
+    params: ParamsOpt = Path(PARAMS_FILE), profile: ProfileOpt = None, root: RootOpt = Path(".")
+) -> None:
+    """LLM judge (consistency, diversity, informativeness, hallucination) per model variant."""
+    from components.stages import evaluation as stages
+
+    _run(stages.judge, params, profile, root)
+
+
+@app.command("drift")
+def drift(
+    params: ParamsOpt = Path(PARAMS_FILE), profile: ProfileOpt = None, root: RootOpt = Path(".")
+) -> None:
+    """Evidently drift reports: real vs synthetic transitions per co-evolution iteration."""
+    from components.stages import evaluation as stages
+
+    _run(stages.drift, params, profile, root)
+
+
+@app.command("report")
+def report(
+    params: ParamsOpt = Path(PARAMS_FILE), profile: ProfileOpt = None, root: RootOpt = Path(".")
+) -> None:
+    """Write reports/report.md and its plots from the metrics files; log them to MLflow."""
+    from components.stages import evaluation as stages
+
+    _run(stages.report, params, profile, root)
+
+
 if __name__ == "__main__":
     sys.exit(main())

@@ -127,6 +127,12 @@ class StageRun:
 
         mlflow.log_dict(data, artifact_file)
 
+    def log_text(self, text: str, artifact_file: str) -> None:
+        """Store a text (markdown table, report) as an artifact."""
+        import mlflow
+
+        mlflow.log_text(text, artifact_file)
+
     def log_artifact(self, path: Path, artifact_path: str | None = None) -> None:
         """Store a file or a directory as artifacts of the run."""
         import mlflow

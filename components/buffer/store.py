@@ -28,12 +28,16 @@ Semantics
 - Failure: a corrupted table or a schema/embedder mismatch raises a ``ReplayBufferError``
   subclass naming the path and the problem; nothing is ever recreated over existing data.
 
-Concurrency: one writer per buffer. Never ``fork`` a process after using LanceDB (use
-spawn); a handle sees other processes' commits only after ``refresh()``.
+Concurrency: writers in several processes are serialised by an flock on
+``<buffer_dir>/transitions.lance.lock`` (local filesystems), and each write starts from
+the latest version, so concurrent ``add`` calls lose nothing and never duplicate an id.
+Never ``fork`` a process after using LanceDB (use spawn); a reading handle sees other
+processes' commits only after ``refresh()``.
 """
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import math
 import shutil
@@ -58,6 +62,7 @@ from components.config import BufferConfig
 from components.schema import Provenance, Source, Transition
 
 TABLE_NAME = "transitions"
+LOCK_FILE = f"{TABLE_NAME}.lance.lock"  # next to the table: serialises writing processes
 SCHEMA_VERSION = "1"
 META_SCHEMA_VERSION = b"dreamgym.buffer.schema_version"
 META_EMBEDDER = b"dreamgym.buffer.embedder"
@@ -271,6 +276,7 @@ class ReplayBuffer:
         self.cfg = cfg
         self._embedder = embedder
         self._pinned: int | None = None
+        self._lock_depth = 0
         self._index: tuple[str, int] | None = None
         self._index_known = False
         self._prewarmed = False
@@ -301,7 +307,14 @@ class ReplayBuffer:
                 raise BufferNotFoundError(f"no replay buffer at {table_dir}")
             path.mkdir(parents=True, exist_ok=True)
             db = lancedb.connect(str(path))
-            table = db.create_table(TABLE_NAME, schema=table_schema(emb.dim, emb.name))
+            try:
+                table = db.create_table(TABLE_NAME, schema=table_schema(emb.dim, emb.name))
+            except ValueError as err:
+                if "already exists" not in str(err):
+                    raise
+                # another writer created it since the check above: use theirs (the schema
+                # and embedder checks below still apply)
+                table = db.open_table(TABLE_NAME)
         else:
             db = lancedb.connect(str(path))
             try:
@@ -469,6 +482,32 @@ class ReplayBuffer:
 
     # ---------------------------------------------------------------- writes
 
+    @contextmanager
+    def _write_lock(self) -> Iterator[None]:
+        """Serialise writers of this buffer across processes, on its latest version."""
+        # add() reads which ids exist, then inserts the others: two processes doing that
+        # from their own snapshots both insert the same new ids (measured: duplicate rows;
+        # lance does not check insert-only merges against each other). An flock on a
+        # sibling file makes the read-check-write atomic on a local filesystem; object
+        # stores need LanceDB's commit store instead.
+        if self._lock_depth:
+            self._lock_depth += 1
+            try:
+                yield
+            finally:
+                self._lock_depth -= 1
+            return
+        with (self.path / LOCK_FILE).open("a") as f:
+            fcntl.flock(f.fileno(), fcntl.LOCK_EX)
+            self._lock_depth = 1
+            try:
+                if self._pinned is None:
+                    self.checkout_latest()  # see what the previous lock holder committed
+                yield
+            finally:
+                self._lock_depth = 0
+                fcntl.flock(f.fileno(), fcntl.LOCK_UN)
+
     def _require_writable(self) -> None:
         if self._pinned is not None:
             raise BufferReadOnlyError(
@@ -498,6 +537,18 @@ class ReplayBuffer:
         for i, t in enumerate(rows):
             first.setdefault(t.id, i)
         duplicates = len(rows) - len(first)
+        with self._write_lock():
+            return self._add_new(rows, first, duplicates, embeddings, evict)
+
+    def _add_new(
+        self,
+        rows: list[Transition],
+        first: dict[str, int],
+        duplicates: int,
+        embeddings: np.ndarray | None,
+        evict: bool,
+    ) -> AddResult:
+        """The read-check-write part of ``add`` (under the write lock, on the latest version)."""
         existing = self._scan(["id", "source", "iteration", "seq", "rkey"])
         present = set(existing["id"].to_pylist())
         new = [i for i in first.values() if rows[i].id not in present]
@@ -1020,7 +1071,7 @@ class ReplayBuffer:
         """Make an old version (or tag) the newest one again; history is kept. Returns it."""
         version = self._resolve(ref)
         self.checkout_latest()
-        with self._io("restore"):
+        with self._write_lock(), self._io("restore"):
             try:
                 self._table.restore(version)
             except ValueError as err:

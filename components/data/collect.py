@@ -9,7 +9,9 @@ Output: ``out_dir/<task_id>.jsonl``, one Trajectory per line, each line flushed 
 as its episode ends; one game is written by one process at a time. Resuming after a
 crash (even ``kill -9``) drops a torn last line, keeps finished episodes, drops records
 that are not in the current plan (logged), and runs only what is missing: no episode is
-lost or written twice.
+lost or written twice. The same resume runs inside one call when a worker process (and
+the game engine it hosts) dies mid-episode: the pool is restarted (``n_worker_crashes``),
+the interrupted episode, never written, is played again from its start.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ log = logging.getLogger(__name__)
 
 SOURCE = "real"
 ENV_RETRIES = 1  # an episode whose env fails is retried once on a fresh engine, then skipped
+MAX_WORKER_RESTARTS = 2  # a pool whose worker process died is restarted this often, then stop
 
 
 @dataclass(frozen=True)
@@ -120,12 +123,46 @@ def _new_stats() -> dict[str, Any]:
     return {"n": Counter(), "success": Counter(), "steps": 0, "env_errors": 0, "seconds": 0.0}
 
 
+def story_file_problem(path: Path) -> str | None:
+    """Why a Z-machine game file would kill the process loading it (None if it looks whole)."""
+    # Frotz (inside jericho, in-process) calls exit(1) on a truncated or garbled story
+    # file: no exception to catch, the process hosting the engine just dies. The header
+    # declares the version, the length and a checksum, so such files are caught here.
+    try:
+        data = path.read_bytes()
+    except OSError as err:
+        return f"cannot read {path}: {err.strerror}"
+    if len(data) < 64:
+        return f"{path}: {len(data)} bytes, shorter than a Z-machine header"
+    version = data[0]
+    if not 1 <= version <= 8:
+        return f"{path}: not a Z-machine story file (version byte {version})"
+    scale = 2 if version <= 3 else 4 if version <= 5 else 8
+    length = int.from_bytes(data[0x1A:0x1C], "big") * scale
+    if length and length > len(data):
+        return f"{path}: truncated ({len(data)} of {length} bytes)"
+    checksum = int.from_bytes(data[0x1C:0x1E], "big")
+    if length and checksum and sum(data[0x40:length]) % 0x10000 != checksum:
+        return f"{path}: corrupted (checksum mismatch)"
+    return None
+
+
 def _collect_game(job: dict[str, Any]) -> dict[str, Any]:
-    from components.envs.textworld_env import TextWorldEnv
+    from components.config import EnvConfig
+    from components.envs import make_env
 
     task = Task.model_validate(job["task"])
-    env = TextWorldEnv(max_steps=job["max_steps"], root=Path(job["root"]))
     stats = _new_stats()
+    game = Path(task.game_file or "")
+    if game.suffix.startswith(".z"):  # a Z-machine game (TextWorld), relative to the root
+        problem = story_file_problem(game if game.is_absolute() else Path(job["root"]) / game)
+        if problem is not None:
+            # every episode of this game is a failure; the other games go on
+            log.error("skipping %d episodes of %s: %s", len(job["episodes"]), task.task_id, problem)
+            stats["env_errors"] += len(job["episodes"])
+            return stats
+    # the env of cfg.env.name (textworld, scienceworld, miniwob, an AgentGym adapter)
+    env: Any = make_env(EnvConfig.model_validate(job["env"]), Path(job["root"]))
     start = time.perf_counter()
     try:
         with Path(job["path"]).open("a", encoding="utf-8") as f:
@@ -218,7 +255,7 @@ def collect(
     cfg: Config, tasks: list[Task], out_dir: Path, root: Path, progress: bool = True
 ) -> dict[str, Any]:
     """Collect the planned episodes under ``out_dir`` (resumable); returns a summary."""
-    from tqdm import tqdm
+    from concurrent.futures.process import BrokenProcessPool
 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -226,17 +263,59 @@ def collect(
     if "test" in c.splits:
         log.warning("collect.splits includes 'test': held-out games will be collected")
     by_id = {t.task_id: t for t in tasks}
+    splits = {t.task_id: t.split for t in tasks}
     plans = plan_episodes(cfg, tasks)
     planned: dict[str, set[str]] = defaultdict(set)
     for p in plans:
         planned[p.task_id].add(p.episode_id)
-    existing = _scan(out_dir, planned, {t.task_id: t.split for t in tasks})
-    if existing.dropped or existing.torn:
-        log.warning(
-            "resume: dropped %d records not in the plan (or invalid/duplicated), %d torn lines",
-            existing.dropped,
-            existing.torn,
-        )
+    start = time.perf_counter()
+    resumed: int | None = None
+    dropped = torn = crashes = env_errors = 0
+    while True:
+        # (re)scan: after a worker died this also repairs the line it tore and counts the
+        # episodes it finished, so the restarted pool runs only what is still missing
+        existing = _scan(out_dir, planned, splits)
+        dropped, torn = dropped + existing.dropped, torn + existing.torn
+        if resumed is None:
+            resumed = sum(existing.stats["n"].values())
+        if existing.dropped or existing.torn:
+            log.warning(
+                "resume: dropped %d records not in the plan (or invalid/duplicated), %d torn lines",
+                existing.dropped,
+                existing.torn,
+            )
+        jobs = _jobs(cfg, by_id, plans, existing, root, out_dir)
+        new = _new_stats()
+        try:
+            _run_all(jobs, c.workers, new, progress)
+            break
+        except BrokenProcessPool as err:
+            # a worker (and the game engine inside it) died mid-episode, e.g. killed or out
+            # of memory: its unfinished episode is a failure, nothing of it is written
+            crashes += 1
+            env_errors += new["env_errors"]
+            if crashes > MAX_WORKER_RESTARTS:
+                raise RuntimeError(
+                    f"collection workers died {crashes} times ({err}); the episodes collected "
+                    f"so far are kept in {out_dir}: rerun to resume"
+                ) from err
+            log.warning("a collection worker died (%s): restarting the pool", err)
+    new["env_errors"] += env_errors
+    wall = time.perf_counter() - start
+    if new["env_errors"]:
+        log.warning("%d episodes skipped after env errors (rerun to retry)", new["env_errors"])
+    return _summary(tasks, existing, new, wall, resumed, dropped, torn, crashes)
+
+
+def _jobs(
+    cfg: Config,
+    by_id: dict[str, Task],
+    plans: list[EpisodePlan],
+    existing: _Existing,
+    root: Path,
+    out_dir: Path,
+) -> list[dict[str, Any]]:
+    """One job per game with planned episodes not yet on disk."""
     pending: dict[str, list[EpisodePlan]] = defaultdict(list)
     for p in plans:
         if p.episode_id not in existing.done[p.task_id]:
@@ -245,36 +324,38 @@ def collect(
     log.info(
         "collect: %d episodes planned over %d games, %d already done, %d to run",
         len(plans),
-        len(planned),
+        len({p.task_id for p in plans}),
         len(plans) - n_pending,
         n_pending,
     )
-    jobs = [
+    return [
         {
             "task": by_id[tid].model_dump(mode="json"),
             "episodes": [asdict(p) for p in eps],
             "path": str(out_dir / f"{tid}.jsonl"),
             "max_steps": cfg.env.max_steps,
+            "env": cfg.env.model_dump(mode="json"),
             "root": str(root),
-            "epsilon": c.epsilon,
-            "p_invalid": c.p_invalid,
+            "epsilon": cfg.collect.epsilon,
+            "p_invalid": cfg.collect.p_invalid,
         }
         # hardest games first so the workers finish together
         for tid, eps in sorted(pending.items(), key=lambda kv: (-by_id[kv[0]].difficulty, kv[0]))
     ]
-    new = _new_stats()
-    start = time.perf_counter()
-    with tqdm(total=n_pending, desc="collect", unit="ep", disable=not progress) as bar:
-        for stats in _run_jobs(jobs, c.workers):
+
+
+def _run_all(jobs: list[dict[str, Any]], workers: int, new: dict[str, Any], progress: bool) -> None:
+    """Run the jobs, adding each finished game's stats to ``new``."""
+    from tqdm import tqdm
+
+    total = sum(len(j["episodes"]) for j in jobs)
+    with tqdm(total=total, desc="collect", unit="ep", disable=not progress) as bar:
+        for stats in _run_jobs(jobs, workers):
             for key in ("n", "success"):
                 new[key].update(stats[key])
             new["steps"] += stats["steps"]
             new["env_errors"] += stats["env_errors"]
             bar.update(sum(stats["n"].values()) + stats["env_errors"])
-    wall = time.perf_counter() - start
-    if new["env_errors"]:
-        log.warning("%d episodes skipped after env errors (rerun to retry)", new["env_errors"])
-    return _summary(tasks, existing, new, wall)
 
 
 def _run_jobs(jobs: list[dict[str, Any]], workers: int) -> Any:
@@ -301,14 +382,21 @@ def _run_jobs(jobs: list[dict[str, Any]], workers: int) -> Any:
 
 
 def _summary(
-    tasks: list[Task], existing: _Existing, new: dict[str, Any], wall: float
+    tasks: list[Task],
+    existing: _Existing,
+    new: dict[str, Any],
+    wall: float,
+    resumed: int,
+    dropped: int,
+    torn: int,
+    crashes: int,
 ) -> dict[str, Any]:
     n = existing.stats["n"] + new["n"]
     success = existing.stats["success"] + new["success"]
-    n_new = sum(new["n"].values())
+    n_total = sum(n.values())
     splits = Counter(t.split for t in tasks)
     return {
-        "n_trajectories": sum(n.values()),
+        "n_trajectories": n_total,
         "n_transitions": existing.stats["steps"] + new["steps"],
         "policies": {
             p: {"n": n[p], "success_rate": round(success[p] / n[p], 4) if n[p] else 0.0}
@@ -316,11 +404,12 @@ def _summary(
             if n[p]
         },
         "n_games": {s: splits.get(s, 0) for s in ("train", "validation", "test")},
-        "n_new_trajectories": n_new,
-        "n_resumed_trajectories": sum(existing.stats["n"].values()),
-        "n_dropped_records": existing.dropped,
-        "n_torn_lines": existing.torn,
+        "n_new_trajectories": n_total - resumed,
+        "n_resumed_trajectories": resumed,
+        "n_dropped_records": dropped,
+        "n_torn_lines": torn,
         "n_env_errors": new["env_errors"],
+        "n_worker_crashes": crashes,
         "steps_per_s": round(new["steps"] / wall, 2) if new["steps"] and wall > 0 else 0.0,
         "seconds": round(wall, 2),
     }

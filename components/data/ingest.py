@@ -80,6 +80,10 @@ def iter_raw_lines(paths: list[Path]) -> Iterator[RawLine]:
                 yield RawLine(str(path), i, data.rstrip(b"\r\n"))
 
 
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not valid JSON: a non-finite number")
+
+
 def _parse(line: RawLine, cfg: IngestConfig) -> tuple[dict[str, Any] | None, str | None]:
     if len(line.data) > cfg.max_line_bytes:
         return None, f"line too long ({len(line.data)} bytes > {cfg.max_line_bytes})"
@@ -90,9 +94,18 @@ def _parse(line: RawLine, cfg: IngestConfig) -> tuple[dict[str, Any] | None, str
     if not text.strip():
         return None, "empty line"
     try:
-        obj = json.loads(text)
+        obj = json.loads(text, parse_constant=_reject_constant)
     except json.JSONDecodeError as err:
         return None, f"invalid JSON: {err.msg} (column {err.colno})"
+    except ValueError as err:  # NaN/Infinity, or an integer beyond Python's 4300-digit limit
+        return None, f"invalid JSON: {str(err).split(':', 1)[0]}"
+    except RecursionError:  # nesting deeper than the parser's recursion limit
+        return None, "invalid JSON: nested too deeply"
+    try:
+        # "\ud800" escapes decode to lone surrogates that no UTF-8 writer accepts later
+        json.dumps(obj, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        return None, "invalid text: lone UTF-16 surrogate escape"
     if not isinstance(obj, dict):
         return None, f"structure: expected a JSON object, got {type(obj).__name__}"
     if not isinstance(obj.get("episode_id"), str) or not obj["episode_id"]:

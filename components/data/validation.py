@@ -1,9 +1,9 @@
 """Great Expectations suite over flattened transitions, with per-row failure reasons.
 
-The suite checks required fields, types, reward in {0, 1}, non-empty bounded texts,
-done consistency (done only on the last step, reward 1 only when done), step order and
-duplicate ids. It runs on a pandas frame with a ``row_id`` column so every failing row
-can be traced back to the JSONL line it came from.
+The suite checks required fields, types (no JSON booleans for numbers), reward in {0, 1},
+non-empty bounded texts, done consistency (done only on the last step, reward 1 only when
+done), step order and duplicate ids. It runs on a pandas frame with a ``row_id`` column so
+every failing row can be traced back to the JSONL line it came from.
 """
 
 from __future__ import annotations
@@ -47,6 +47,10 @@ class ValidationOutcome:
     summary: dict[str, Any]
 
 
+def _is_bool(value: Any) -> bool:
+    return isinstance(value, bool)
+
+
 def _text_len(value: Any) -> int:
     return len(value) if isinstance(value, str) else -1
 
@@ -60,6 +64,8 @@ def add_derived_columns(df: pd.DataFrame) -> pd.DataFrame:
     done_true = df["done"].map(lambda v: v is True)
     reward_one = df["reward"].map(lambda v: v == 1 and not isinstance(v, bool))
     df["done_before_end"] = done_true & ~is_last
+    # JSON true/false would pass the "int" type check (bool subclasses int) and be coerced
+    df["bool_as_number"] = df["reward"].map(_is_bool) | df["step_index"].map(_is_bool)
     df["reward_without_done"] = reward_one & ~done_true
     for col in ("action", "state", "next_state", "instruction"):
         df[f"{col}_len"] = df[col].map(_text_len)
@@ -97,6 +103,7 @@ def _expectations(cfg: IngestConfig) -> list[Any]:
         e.ExpectColumnPairValuesToBeEqual(column_A="episode_id", column_B=LINE_EPISODE),
         e.ExpectColumnValuesToBeInSet(column="done_before_end", value_set=[False]),
         e.ExpectColumnValuesToBeInSet(column="reward_without_done", value_set=[False]),
+        e.ExpectColumnValuesToBeInSet(column="bool_as_number", value_set=[False]),
     ]
     return out
 

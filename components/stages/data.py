@@ -130,7 +130,9 @@ def annotate(cfg: Config, paths: Paths, fresh: bool = False) -> dict[str, Any]:
     from components.tracking import stage_run
 
     out = paths.annotations_file
-    wanted = (cfg.teacher.backend, cfg.teacher.model)
+    from components.teacher.annotate import teacher_identity
+
+    wanted = teacher_identity(cfg.teacher)
     producers = {(str(r.get("backend")), str(r.get("model"))) for r in iter_annotations(out)}
     if producers and producers != {wanted} and not fresh:
         # resuming is for the same teacher; a new teacher starts over rather than mixing

@@ -7,6 +7,7 @@ from components.teacher.annotate import (
     iter_annotations,
     load_annotations,
     make_teacher,
+    teacher_identity,
 )
 from components.teacher.base import (
     Annotation,
@@ -37,4 +38,5 @@ __all__ = [
     "load_annotations",
     "make_teacher",
     "parse_reasoning",
+    "teacher_identity",
 ]

@@ -64,6 +64,18 @@ def make_teacher(cfg: TeacherConfig) -> Teacher:
     return HFTeacher(cfg)
 
 
+def teacher_identity(cfg: TeacherConfig) -> tuple[str, str]:
+    """The (backend, model) that ``make_teacher(cfg)`` stamps on its annotations."""
+    # the grounded teacher names its own model (its trace version); cfg.model is for LLMs.
+    # Comparing stored rows with (cfg.backend, cfg.model) would never match it and every
+    # rerun would start over instead of resuming.
+    if cfg.backend == "grounded":
+        from components.teacher.grounded import GroundedTeacher
+
+        return GroundedTeacher.backend, GroundedTeacher(concise=cfg.style == "concise").model
+    return cfg.backend, cfg.model
+
+
 def failures_path_for(out_path: Path) -> Path:
     """Default failures file next to the output: ``annotations.jsonl`` -> ``...failures.jsonl``."""
     return out_path.with_name(out_path.stem + ".failures.jsonl")

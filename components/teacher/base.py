@@ -111,7 +111,12 @@ def parse_reasoning(text: str) -> str:
 
 def strip_format_tags(text: str) -> str:
     """Remove target-format tags from quoted environment text."""
-    return _FORMAT_TAGS.sub("", text)
+    # until stable: removing one tag can join the halves of another ("<thi<think>nk>")
+    while True:
+        out = _FORMAT_TAGS.sub("", text)
+        if out == text:
+            return out
+        text = out
 
 
 def excerpt(text: str | None, n: int = 300) -> str | None:

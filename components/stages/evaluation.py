@@ -1,0 +1,174 @@
+"""Model-quality stages: LLM judge of synthetic experience, drift, and the run report.
+
+``judge``: for each trained experience-model variant, synthetic trajectories are produced
+by playing the recorded actions of sampled validation episodes in the synthetic env
+(so every transition can be replayed in the real simulator), then scored by the judge
+(grounded replay offline, or GPT-4o / any OpenAI-compatible server).
+``drift``: Evidently reports of real (train) vs synthetic transitions per co-evolution
+iteration, from the DreamGym stage's synthetic trajectories.
+``report``: one markdown + PNG summary of the run from the metrics files.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from pathlib import Path
+from typing import Any
+
+from components.config import Config, Paths
+from components.schema import Task, Trajectory, read_jsonl
+from components.stages.common import numbers, write_json
+
+log = logging.getLogger("dreamgym")
+
+JUDGE_METRICS = "judge.json"
+DRIFT_METRICS = "drift.json"
+RECORDED_POLICY = "recorded-actions"
+
+
+def synthetic_dir(paths: Paths) -> Path:
+    """Synthetic trajectories written by the DreamGym stages (one JSONL per algorithm)."""
+    return paths.data / "synthetic"
+
+
+def reports_dir(paths: Paths) -> Path:
+    """Human-readable reports (drift HTML, the run report)."""
+    return paths.root / "reports"
+
+
+def replay_recorded_actions(
+    cfg: Config, paths: Paths, variant: str, episodes: list[Trajectory]
+) -> list[Trajectory]:
+    """Synthetic trajectories of ``episodes``' recorded actions under one model variant."""
+    from components.experience.dataset import PromptSettings
+    from components.experience.sft import load_meta
+    from components.experience.synthetic_env import (
+        RealStateIndex,
+        VectorSyntheticEnv,
+        local_generate_fns,
+    )
+    from components.lm.generate import Generator
+    from components.lm.models import load_pretrained_dir
+    from components.stages.experience import model_dir, open_retriever
+
+    mdir = model_dir(paths, variant)
+    settings = PromptSettings(**load_meta(mdir)["prompt"])
+    model, tokenizer = load_pretrained_dir(mdir)
+    generate, resample = local_generate_fns(Generator(model, tokenizer), cfg.synthetic)
+    index = RealStateIndex.from_trajectories(episodes)
+    venv = VectorSyntheticEnv(
+        generate,
+        index,
+        cfg=cfg.synthetic,
+        prompt=settings,
+        retriever=open_retriever(cfg, paths, settings.k),
+        resample=resample,
+        env_name=cfg.env.name,
+        namespace=f"judge-{variant}",
+    )
+    tasks = {t.task_id: t for t in read_jsonl(paths.tasks_file, Task)}
+    venv.reset([tasks[e.task_id] for e in episodes])
+    depth = 0
+    while not venv.done:
+        actions = [
+            e.steps[depth].action if live and depth < e.n_steps else None
+            for e, live in zip(episodes, venv.active, strict=True)
+        ]
+        if not any(actions):
+            break
+        venv.step(actions)
+        depth += 1
+    return venv.trajectories(policy=RECORDED_POLICY, iteration=0, checkpoint=variant)
+
+
+def judge(cfg: Config, paths: Paths) -> dict[str, Any]:
+    """Stage judge: the four criteria per experience-model variant; metrics/judge.json."""
+    from components.envs import make_env
+    from components.evaluation.judge import compare_variants, make_judge, run_judge
+    from components.stages.experience import VARIANTS, model_dir
+    from components.tracking import stage_run
+
+    trajectories = [
+        t for t in read_jsonl(paths.trajectories_file, Trajectory) if t.split == "validation"
+    ]
+    random.Random(cfg.judge.seed).shuffle(trajectories)
+    episodes = trajectories[: cfg.judge.n_trajectories]
+    tasks = {t.task_id: t for t in read_jsonl(paths.tasks_file, Task)}
+    variants = [v for v in VARIANTS if model_dir(paths, v).exists()]
+    env = make_env(cfg.env, paths.root) if cfg.judge.backend == "grounded" else None
+    summaries: dict[str, Any] = {}
+    data = {"trajectories": paths.trajectories_file}
+    with stage_run("judge", "evaluation", cfg, ("judge", "synthetic"), paths.root, data) as run:
+        try:
+            scorer = make_judge(cfg.judge, env, tasks)
+            for variant in variants:
+                synthetic = replay_recorded_actions(cfg, paths, variant, episodes)
+                out = run_judge(scorer, synthetic, cfg.judge.n_trajectories, cfg.judge.seed)
+                summaries[variant] = out.summary
+                run.log_dict(out.rows, f"judge/{variant}/rows.json")
+        finally:
+            if env is not None:
+                env.close()
+            close = getattr(locals().get("scorer"), "close", None)
+            if close is not None:
+                close()
+        table, markdown = compare_variants(summaries)
+        run.log_text(markdown, "judge/variants.md")
+        run.log_metrics({f"{v}.{k}": x for v, m in table.items() for k, x in numbers(m).items()})
+    write_json(paths.metrics / JUDGE_METRICS, table)
+    log.info("judge:\n%s", markdown)
+    return table
+
+
+def drift(cfg: Config, paths: Paths) -> dict[str, Any]:
+    """Stage drift: real vs synthetic transitions per iteration (Evidently HTML + flags)."""
+    from components.evaluation.drift import drift_by_iteration, drift_metrics, make_drift_embedder
+    from components.tracking import stage_run
+
+    real = [
+        s
+        for t in read_jsonl(paths.trajectories_file, Trajectory)
+        if t.split == "train"
+        for s in t.steps
+    ]
+    files = sorted(synthetic_dir(paths).glob("*.jsonl"))
+    if not files:
+        raise FileNotFoundError(f"no synthetic trajectories in {synthetic_dir(paths)}")
+    out_dir = reports_dir(paths) / "drift"
+    metrics: dict[str, Any] = {}
+    data = {f"synthetic_{f.stem}": f for f in files}
+    with stage_run("drift", "evaluation", cfg, ("drift",), paths.root, data) as run:
+        for f in files:
+            synthetic = [s for t in read_jsonl(f, Trajectory) for s in t.steps]
+            result = drift_by_iteration(
+                real,
+                synthetic,
+                cfg.drift,
+                out_dir / f.stem,
+                embedder=make_drift_embedder(cfg.drift),
+            )
+            metrics[f.stem] = {"drifted": result["drifted"], **drift_metrics(result)}
+            for html in sorted((out_dir / f.stem).glob("*.html")):
+                run.log_artifact(html, f"drift/{f.stem}")
+        run.log_dict(metrics, "drift/summary.json")
+    write_json(paths.metrics / DRIFT_METRICS, metrics)
+    flagged = [k for k, m in metrics.items() if m["drifted"]]
+    log.info("drift: %s", f"flagged for {flagged}" if flagged else "no drift flagged")
+    return metrics
+
+
+def report(cfg: Config, paths: Paths) -> dict[str, Any]:
+    """Stage report: reports/report.md + PNG plots from the metrics files, to MLflow."""
+    from components.evaluation.report import build_report
+    from components.tracking import stage_run
+
+    with stage_run("report", "evaluation", cfg, ("report",), paths.root, {}) as run:
+        result = build_report(
+            paths.metrics, reports_dir(paths), cfg.report, drift_threshold=cfg.drift.drift_share
+        )
+        run.log_artifact(result.markdown, "report")
+        for plot in result.plots:
+            run.log_artifact(plot, "report")
+    log.info("report: %s (%d plots)", result.markdown, len(result.plots))
+    return {"markdown": str(result.markdown), "plots": [str(p) for p in result.plots]}

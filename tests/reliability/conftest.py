@@ -1,0 +1,69 @@
+"""Fixtures of the reliability suite: temp projects, the packaged embedder, ci configs."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from components.buffer.embedders import Embedder
+from components.config import Config, load_config
+from tests.fakes.openai_server import FakeOpenAIServer
+from tests.integration.textworld_suite import Suite, suite_config
+from tests.reliability.project import ROOT
+
+
+@pytest.fixture(scope="session")
+def ci_config() -> Config:
+    """The ci profile of the repository's params.yaml."""
+    return load_config(ROOT / "params.yaml", profile="ci")
+
+
+@pytest.fixture(scope="session")
+def wordllama() -> Embedder:
+    """The fast packaged embedder (loaded once per session)."""
+    from components.buffer import WordLlamaEmbedder
+
+    emb = WordLlamaEmbedder()
+    emb.embed(["warm up"])
+    return emb
+
+
+@pytest.fixture
+def fake_openai() -> Iterator[Callable[..., FakeOpenAIServer]]:
+    """Factory of started fake OpenAI servers; all stopped at teardown."""
+    servers: list[FakeOpenAIServer] = []
+
+    def start(**kwargs: Any) -> FakeOpenAIServer:
+        srv = FakeOpenAIServer(**kwargs).start()
+        servers.append(srv)
+        return srv
+
+    yield start
+    for srv in servers:
+        srv.stop()
+
+
+@pytest.fixture(scope="session")
+def tw_suite(tmp_path_factory: pytest.TempPathFactory) -> Suite:
+    """Three small real TextWorld games under a temporary project root (generated once)."""
+    from components.config import TaskFamilyConfig
+    from components.envs.textworld_tasks import generate_task_suite
+
+    base = suite_config()
+    families = (TaskFamilyConfig(name="quest", n_games=3, min_difficulty=1, max_difficulty=2),)
+    cfg = base.model_copy(
+        update={
+            "tasks": base.tasks.model_copy(update={"families": families}),
+            "collect": base.collect.model_copy(
+                update={
+                    "episodes": {"expert": 1, "noisy": 3, "random": 6},
+                    "splits": ("train", "validation", "test"),
+                }
+            ),
+        }
+    )
+    root = tmp_path_factory.mktemp("twroot")
+    tasks = generate_task_suite(cfg, root / "data" / "tasks", progress=False, root=root)
+    return Suite(cfg=cfg, root=root, tasks=tasks)
