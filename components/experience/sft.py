@@ -93,7 +93,7 @@ def fit_length(
     dropped = shrunk = 0
     for ex in examples:
         fitted = ex
-        n = len(ex.retrieved_ids)
+        n = len(getattr(ex, "retrieved_ids", ()))  # task-generation examples retrieve nothing
         while sequence_length(tokenizer, fitted) > max_length and n > 0 and ex.context:
             n -= 1
             fitted = ex.with_retrieved(n)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import random
 import shutil
 import time
 from pathlib import Path
@@ -181,6 +182,21 @@ def train_experience_model(cfg: Config, paths: Paths, variant: str = "full") -> 
     retriever = open_retriever(cfg, paths, settings.k)
     pairs = select_transitions(trajectories, "train", ecfg.max_train_examples, ecfg.seed)
     train, train_stats = build_examples(pairs, settings, reasoning, retriever)
+    if variant == "full" and ecfg.task_gen_examples > 0:
+        # the task-generation head shares the weights (curriculum variants, initial states)
+        from components.experience.task_generation import task_generation_examples
+        from components.schema import Task
+
+        if not paths.tasks_file.exists():
+            raise FileNotFoundError(
+                f"{paths.tasks_file} missing: run generate-tasks "
+                "(or set experience.task_gen_examples=0)"
+            )
+        tasks = list(read_jsonl(paths.tasks_file, Task))
+        head = task_generation_examples(tasks, trajectories, ecfg.seed, ecfg.task_gen_examples)
+        train = [*train, *head]
+        random.Random(ecfg.seed).shuffle(train)
+        train_stats["task_generation_examples"] = len(head)
     eval_pairs = select_transitions(trajectories, "validation", ecfg.eval_loss_examples, ecfg.seed)
     eval_examples, _ = (
         build_examples(eval_pairs, settings, reasoning, retriever)

@@ -29,7 +29,9 @@ def test_train_then_evaluate_fidelity(tmp_path, trajectories, reasoning):
     cfg = cfg.model_copy(
         update={
             "ablation": AblationConfig(no_replay=True),  # no buffer needed
-            "experience": cfg.experience.model_copy(update={"eval_examples": 4}),
+            "experience": cfg.experience.model_copy(
+                update={"eval_examples": 4, "task_gen_examples": 0}
+            ),
         }
     )
     paths = Paths(tmp_path)
