@@ -6,7 +6,15 @@ import importlib
 import sys
 import time
 
-BENCHMARKS = ("bench.cli", "bench.collection", "bench.buffer", "bench.envs")
+BENCHMARKS = (
+    "bench.cli",
+    "bench.collection",
+    "bench.buffer",
+    "bench.envs",
+    "bench.synthetic_env",
+    "bench.generation",
+    "bench.stages",
+)
 
 
 def main(names: list[str]) -> int:

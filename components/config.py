@@ -309,7 +309,7 @@ class SyntheticEnvConfig(_Section):
     resample_temperature: float = Field(
         0.7, gt=0, description="temperature of the one resample after a malformed answer"
     )
-    max_new_tokens: int = Field(384, ge=8, description="generation cap per answer")
+    max_new_tokens: int = Field(224, ge=8, description="generation cap per answer")
     gen_batch_size: int = Field(32, ge=1, description="prompts per forward batch")
     seed: int = Field(0, description="sampling seed")
 
@@ -471,6 +471,9 @@ class GRPOConfig(RLAlgoConfig):
 
     rollouts_per_task: int = Field(4, ge=2, description="the group size n (>= 2)")
     scale_rewards: bool = Field(True, description="divide centred rewards by the group's std")
+    drop_zero_std_groups: bool = Field(
+        True, description="skip groups whose rewards are all equal (no signal; DAPO's filter)"
+    )
 
 
 class PPOConfig(RLAlgoConfig):
@@ -587,7 +590,8 @@ class PromotionConfig(_Section):
     )
     policy_metric: str = Field("success", description="held-out metric of the policy")
     experience_metric: str = Field(
-        "fidelity_score", description="held-out metric of the experience model"
+        "reward_accuracy",
+        description="held-out metric of the experience model (reward_accuracy has a 95% CI)",
     )
 
 

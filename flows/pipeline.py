@@ -61,9 +61,9 @@ def evaluation_flow(root: str = ".", force: bool = False) -> list[str]:
 @flow(name="nightly-refresh", log_prints=True)
 def nightly_refresh(root: str = ".") -> dict[str, object]:
     """Fresh data -> buffer -> experience model -> fidelity -> promote if better."""
-    from components.evaluation.promotion import promote_experience_model
-
     from components.config import load_config
+    from components.evaluation.promotion import apply_promotion
+    from components.stages.experience import REGISTERED_MODEL
 
     root_path = Path(root).resolve()
     stages = [
@@ -74,9 +74,11 @@ def nightly_refresh(root: str = ".") -> dict[str, object]:
     ]
     _run("nightly-refresh", root, stages, force=False)
     cfg = load_config(root_path / "params.yaml")
-    decision = promote_experience_model(cfg, root_path)
+    decision = apply_promotion(
+        root_path, REGISTERED_MODEL, cfg.promotion.experience_metric, cfg.promotion.margin
+    )
     get_run_logger().info("promotion: %s", decision)
-    return decision
+    return {"promoted": decision.promote, "reason": decision.reason}
 
 
 if __name__ == "__main__":

@@ -282,6 +282,7 @@ def evaluate_fidelity(cfg: Config, paths: Paths) -> dict[str, Any]:
     the full model, open-loop rollouts on validation episodes. Never the test split.
     """
     from components.evaluation.fidelity import worst_rows
+    from components.evaluation.promotion import HeldOutMetric, metric_tags
     from components.tracking import stage_run, tag_model_alias
 
     trajectories = _load_trajectories(paths)
@@ -311,10 +312,24 @@ def evaluate_fidelity(cfg: Config, paths: Paths) -> dict[str, Any]:
                         step=d["depth"],
                     )
         full = table["full"]
+        # held-out metrics in the promotion rule's tag format (reward accuracy with its CI)
+        held_out = {
+            **metric_tags(
+                "reward_accuracy",
+                HeldOutMetric(  # min/max: float rounding must not put the value outside
+                    full["reward_accuracy"],
+                    min(full["reward_accuracy"], 1 - full["eps_R_ci95_high"]),
+                    max(full["reward_accuracy"], 1 - full["eps_R_ci95_low"]),
+                    full["n"],
+                ),
+            ),
+            **metric_tags("fidelity_score", HeldOutMetric(full["fidelity_score"], n=full["n"])),
+        }
         version = tag_model_alias(
             REGISTERED_MODEL,
             CANDIDATE_ALIAS,
             {
+                **held_out,
                 "fidelity.eps_R": round(full["eps_R"], 4),
                 "fidelity.state_soft_match": round(full["state_soft_match"], 4),
                 "fidelity.malformed_rate": round(full["malformed_rate"], 4),

@@ -1,0 +1,368 @@
+"""The offline baselines of Table 1: SFT (behaviour cloning) and DPO, with TRL.
+
+``train_sft_policy`` runs the experience model's SFT machinery
+(components/experience/sft.py: TRL SFTTrainer, completion-only loss, length fitting,
+fingerprinted checkpoints that resume, a wall-clock budget) on policy examples.
+``train_dpo_policy`` runs TRL's DPOTrainer from the SFT policy, which is also the frozen
+reference (a copy; with LoRA the adapter-free base plays that role). Base models per
+profile as for the experience model: ``tiny`` (from a config, tokenizer trained on the
+train-split SFT data), ``smollm2`` (packaged) or a hub name (gpu profile, LoRA optional).
+
+A saved policy is a plain model directory (LoRA merged) with ``policy_settings.json``
+(the prompt shape, read by PolicyModel.from_dir and the evaluator) and ``policy.json``
+(method, base model, the real interactions its training used).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from components.agent.dpo_data import PreferencePair
+from components.agent.policy import PolicySettings
+from components.agent.policy_model import SETTINGS_FILE
+from components.agent.sft_data import PolicyExample
+from components.config import AgentConfig, ExperienceConfig
+
+log = logging.getLogger(__name__)
+
+META_FILE = "policy.json"
+
+
+def policy_settings(acfg: AgentConfig) -> PolicySettings:
+    """The prompt shape a policy is trained and evaluated with."""
+    return PolicySettings(
+        history_len=acfg.history_len,
+        with_reasoning=acfg.with_reasoning,
+        show_admissible=acfg.show_admissible,
+        max_admissible=acfg.max_admissible,
+    )
+
+
+def plain_forward(model: Any) -> Any:
+    """``model`` without the forward wrappers TRL/accelerate set on the instance.
+
+    TRL's trainers replace ``model.forward`` by a closure over the *original* object's
+    forward (fused LM head); a deepcopy of such a model (a DPO reference, an RL frozen
+    copy) would silently run the original's weights. Dropping the instance attribute
+    restores the class's forward.
+    """
+    for attr in ("forward", "_original_forward"):
+        model.__dict__.pop(attr, None)
+    return model
+
+
+def sft_train_config(acfg: AgentConfig) -> ExperienceConfig:
+    """The agent's SFT knobs in the shape components/experience/sft.py trains with."""
+    s = acfg.sft
+    return ExperienceConfig(
+        model=acfg.model,
+        tiny_preset=acfg.tiny_preset,
+        vocab_size=acfg.vocab_size,
+        max_length=acfg.max_length,
+        epochs=s.epochs,
+        max_steps=s.max_steps,
+        max_train_minutes=s.max_train_minutes,
+        learning_rate=s.learning_rate,
+        batch_size=s.batch_size,
+        grad_accum=s.grad_accum,
+        warmup_ratio=s.warmup_ratio,
+        weight_decay=s.weight_decay,
+        bf16=acfg.bf16,
+        lora=acfg.lora,
+        lora_r=acfg.lora_r,
+        lora_alpha=acfg.lora_alpha,
+        logging_steps=s.logging_steps,
+        save_steps=s.save_steps,
+        seed=acfg.seed,
+    )
+
+
+def load_base_policy(
+    acfg: AgentConfig, texts: Sequence[str], base_cache: Path, tokenizer_dir: Path
+) -> tuple[Any, Any]:
+    """The base model and tokenizer named by ``agent.model``.
+
+    ``tiny`` trains its tokenizer on ``texts`` (train-split SFT data only) and keeps it in
+    ``tokenizer_dir`` (next to the checkpoints: a resumed run needs the same vocabulary).
+    """
+    from components.lm.models import (
+        SMOLLM2,
+        SMOLLM2_CACHE_NAME,
+        TINY,
+        build_tiny_model,
+        load_hub_model,
+        load_smollm2,
+    )
+
+    if acfg.model == SMOLLM2:
+        return load_smollm2(base_cache / SMOLLM2_CACHE_NAME)
+    if acfg.model != TINY:
+        return load_hub_model(acfg.model)
+    from transformers import AutoTokenizer
+
+    from components.lm.tokenizer import save_tokenizer, train_tokenizer
+
+    if (tokenizer_dir / "tokenizer.json").exists():
+        tokenizer = AutoTokenizer.from_pretrained(str(tokenizer_dir))
+    else:
+        tokenizer = train_tokenizer(texts, acfg.vocab_size)
+        save_tokenizer(tokenizer, tokenizer_dir)
+    model = build_tiny_model(
+        acfg.tiny_preset, tokenizer, max_position_embeddings=2 * acfg.max_length, seed=acfg.seed
+    )
+    return model, tokenizer
+
+
+def train_sft_policy(
+    model: Any,
+    tokenizer: Any,
+    examples: Sequence[PolicyExample],
+    acfg: AgentConfig,
+    checkpoint_dir: Path,
+    *,
+    fingerprint: dict[str, Any],
+    eval_examples: Sequence[PolicyExample] = (),
+) -> tuple[Any, Any]:
+    """Behaviour cloning with TRL's SFTTrainer (loss on the answer only); (model, SFTResult)."""
+    from components.experience.sft import train_sft
+
+    # sft.py is typed for experience examples; policy examples have the same interface
+    trained, result = train_sft(
+        model,
+        tokenizer,
+        examples,  # type: ignore[arg-type]
+        sft_train_config(acfg),
+        checkpoint_dir,
+        fingerprint=fingerprint,
+        eval_examples=eval_examples,  # type: ignore[arg-type]
+    )
+    return plain_forward(trained), result
+
+
+@dataclass(frozen=True)
+class DPOResult:
+    """What a DPO run did."""
+
+    steps: int
+    seconds: float
+    n_pairs: int
+    n_dropped_too_long: int
+    train_loss: float | None
+    first_loss: float | None
+    last_loss: float | None
+    first_accuracy: float | None  # share of pairs whose implicit reward prefers chosen
+    last_accuracy: float | None
+    last_margin: float | None  # mean implicit reward margin chosen - rejected
+    resumed_from: str | None
+    stopped_by_time_budget: bool
+    log_history: list[dict[str, Any]] = field(default_factory=list)
+
+    def metrics(self) -> dict[str, float | int]:
+        """The numeric summary (for metrics files and MLflow)."""
+        out: dict[str, float | int] = {
+            "train_steps": self.steps,
+            "train_seconds": round(self.seconds, 2),
+            "n_pairs": self.n_pairs,
+            "n_dropped_too_long": self.n_dropped_too_long,
+            "resumed": int(self.resumed_from is not None),
+            "stopped_by_time_budget": int(self.stopped_by_time_budget),
+        }
+        for key in (
+            "train_loss",
+            "first_loss",
+            "last_loss",
+            "first_accuracy",
+            "last_accuracy",
+            "last_margin",
+        ):
+            value = getattr(self, key)
+            if value is not None:
+                out[key] = round(float(value), 5)
+        return out
+
+
+def pair_length(tokenizer: Any, pair: PreferencePair) -> int:
+    """Tokens of prompt + the longer answer, chat template applied."""
+    record = pair.to_dpo()
+    return max(
+        len(
+            tokenizer(
+                tokenizer.apply_chat_template(record["prompt"] + record[side], tokenize=False),
+                add_special_tokens=False,
+            )["input_ids"]
+        )
+        for side in ("chosen", "rejected")
+    )
+
+
+def fit_pairs(
+    tokenizer: Any, pairs: Sequence[PreferencePair], max_length: int
+) -> tuple[list[PreferencePair], int]:
+    """Pairs that fit ``max_length`` whole, and how many were dropped (never truncated)."""
+    kept = [p for p in pairs if pair_length(tokenizer, p) <= max_length]
+    return kept, len(pairs) - len(kept)
+
+
+def make_dpo_trainer(
+    model: Any,
+    tokenizer: Any,
+    pairs: Sequence[PreferencePair],
+    acfg: AgentConfig,
+    checkpoint_dir: Path,
+) -> tuple[Any, int]:
+    """A DPOTrainer on the pairs that fit ``max_length``, and how many were dropped."""
+    import copy
+
+    import torch
+    from datasets import Dataset
+    from trl import DPOConfig, DPOTrainer
+
+    from components.experience.sft import _time_budget_callback, use_bf16
+
+    d = acfg.dpo
+    kept, dropped = fit_pairs(tokenizer, pairs, acfg.max_length)
+    if not kept:
+        raise ValueError(f"no preference pair fits max_length={acfg.max_length}")
+    if dropped:
+        log.warning(
+            "%d of %d pairs over max_length=%d dropped", dropped, len(pairs), acfg.max_length
+        )
+    args = DPOConfig(
+        output_dir=str(checkpoint_dir),
+        max_steps=d.max_steps,
+        num_train_epochs=d.epochs,
+        per_device_train_batch_size=d.batch_size,
+        gradient_accumulation_steps=d.grad_accum,
+        learning_rate=d.learning_rate,
+        lr_scheduler_type="cosine",
+        warmup_steps=d.warmup_ratio,  # a float < 1 is a ratio of the total steps
+        beta=d.beta,
+        loss_type=[d.loss_type],
+        max_length=acfg.max_length,
+        activation_checkpointing=False,  # TRL turns it on by default; pure cost on CPU
+        bf16=use_bf16(acfg.bf16),
+        use_cpu=not torch.cuda.is_available(),
+        logging_steps=d.logging_steps,
+        save_strategy="steps",
+        save_steps=d.save_steps,
+        save_total_limit=1,
+        eval_strategy="no",
+        report_to="none",
+        disable_tqdm=True,
+        dataloader_num_workers=0,
+        seed=acfg.seed,
+        data_seed=acfg.seed,
+    )
+    peft_config = ref_model = None
+    if acfg.lora:
+        from peft import LoraConfig
+
+        # the adapter-free base is the reference: no second copy of a large model
+        peft_config = LoraConfig(
+            r=acfg.lora_r,
+            lora_alpha=acfg.lora_alpha,
+            lora_dropout=0.05,
+            target_modules="all-linear",
+            task_type="CAUSAL_LM",
+        )
+    else:
+        # an explicit frozen copy: TRL would otherwise reload the model by its hub name,
+        # which a from-scratch model does not have
+        ref_model = copy.deepcopy(plain_forward(model)).eval()
+    trainer = DPOTrainer(
+        model=model,
+        ref_model=ref_model,
+        args=args,
+        train_dataset=Dataset.from_list([p.to_dpo() for p in kept]),
+        processing_class=tokenizer,
+        peft_config=peft_config,
+        callbacks=[_time_budget_callback(d.max_train_minutes)],
+    )
+    return trainer, dropped
+
+
+def train_dpo_policy(
+    model: Any,
+    tokenizer: Any,
+    pairs: Sequence[PreferencePair],
+    acfg: AgentConfig,
+    checkpoint_dir: Path,
+    *,
+    fingerprint: dict[str, Any],
+) -> tuple[Any, DPOResult]:
+    """DPO from ``model`` (the SFT policy, also the reference); resumes a same-fingerprint run."""
+    from components.experience.sft import prepare_checkpoints
+
+    resume = prepare_checkpoints(checkpoint_dir, fingerprint)
+    trainer, dropped = make_dpo_trainer(model, tokenizer, pairs, acfg, checkpoint_dir)
+    budget = next(c for c in trainer.callback_handler.callbacks if hasattr(c, "stopped"))
+    if resume:
+        log.info("resuming DPO from %s", resume)
+    start = time.perf_counter()
+    output = trainer.train(resume_from_checkpoint=resume)
+    seconds = time.perf_counter() - start
+    trained = trainer.model
+    if acfg.lora:
+        trained = trained.merge_and_unload()  # a plain model: inference needs no peft
+    trained = plain_forward(trained)
+    logs = [h for h in trainer.state.log_history if "loss" in h]
+
+    def first_last(key: str) -> tuple[float | None, float | None]:
+        values = [h[key] for h in logs if key in h]
+        return (values[0], values[-1]) if values else (None, None)
+
+    first_loss, last_loss = first_last("loss")
+    first_acc, last_acc = first_last("rewards/accuracies")
+    _, last_margin = first_last("rewards/margins")
+    result = DPOResult(
+        steps=trainer.state.global_step,
+        seconds=seconds,
+        n_pairs=len(trainer.train_dataset),
+        n_dropped_too_long=dropped,
+        train_loss=output.training_loss,
+        first_loss=first_loss,
+        last_loss=last_loss,
+        first_accuracy=first_acc,
+        last_accuracy=last_acc,
+        last_margin=last_margin,
+        resumed_from=resume,
+        stopped_by_time_budget=budget.stopped,
+        log_history=list(trainer.state.log_history),
+    )
+    return trained, result
+
+
+def save_policy(
+    model: Any, tokenizer: Any, out_dir: Path, settings: PolicySettings, meta: dict[str, Any]
+) -> None:
+    """Save weights, tokenizer, prompt settings and metadata (atomically replaces out_dir)."""
+    tmp = out_dir.with_name(out_dir.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    model.save_pretrained(str(tmp))
+    tokenizer.save_pretrained(str(tmp))
+    (tmp / SETTINGS_FILE).write_text(json.dumps(asdict(settings)), encoding="utf-8")
+    (tmp / META_FILE).write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
+    shutil.rmtree(out_dir, ignore_errors=True)
+    tmp.rename(out_dir)  # never leave a half-written policy behind
+
+
+def load_settings(policy_dir: Path) -> PolicySettings:
+    """The prompt settings a saved policy was trained with."""
+    path = policy_dir / SETTINGS_FILE
+    if not path.exists():
+        raise FileNotFoundError(f"{path} missing: train the policy first")
+    return PolicySettings(**json.loads(path.read_text(encoding="utf-8")))
+
+
+def load_meta(policy_dir: Path) -> dict[str, Any]:
+    """The metadata saved with a policy (empty if it has none)."""
+    path = policy_dir / META_FILE
+    return json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}

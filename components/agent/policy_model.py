@@ -1,0 +1,433 @@
+"""The agent's policy as a causal LM: sample answers for observations, score completions.
+
+``PolicyModel.act`` renders each Observation with the policy prompt (policy.py), samples
+an answer with left-padded batched generation that stops at ``</action>`` (or eos, or
+``max_new_tokens``), parses it strictly and returns, per decision, the prompt token ids,
+the completion token ids and their log-probabilities. ``sequence_logprobs`` scores given
+completions under the current weights (with gradients when enabled): the RL losses use it.
+
+Malformed answers never crash a rollout: the env receives ``MALFORMED_ACTION`` ("noop"),
+a verb no environment defines, so the env takes its own invalid-action path (the state
+stays as it was, reward 0, one step used). The completion is still trained on with the
+episode's reward, so the policy learns the format from the outcome.
+
+Log-probabilities are those of the *tempered* policy, log softmax(logits / temperature),
+the distribution the tokens were sampled from (as TRL's GRPOTrainer does).
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from components.agent.policy import (
+    ACTION_STOP,
+    Decision,
+    MalformedActionError,
+    Observation,
+    PolicySettings,
+    parse_answer,
+    render_prompt,
+)
+
+if TYPE_CHECKING:
+    import torch
+
+MALFORMED_ACTION = "noop"  # what the env receives for a malformed answer (an unknown verb)
+SETTINGS_FILE = "policy_settings.json"
+
+
+@dataclass(frozen=True)
+class ActResult:
+    """One decision: what was sent to the env and the tokens behind it."""
+
+    action: str  # sent to the env (MALFORMED_ACTION when the answer is malformed)
+    text: str  # the decoded completion
+    decision: Decision | None  # None when malformed
+    error: str | None  # why the answer is malformed
+    prompt_ids: tuple[int, ...]
+    completion_ids: tuple[int, ...]
+    logprobs: tuple[float, ...]  # one per completion token (empty if not requested)
+
+    @property
+    def malformed(self) -> bool:
+        """The answer did not follow the format."""
+        return self.decision is None
+
+
+@dataclass(frozen=True)
+class TokenScores:
+    """Per-token scores of a batch of completions (right-padded to the longest one)."""
+
+    logprobs: torch.Tensor  # [B, C] log pi(token | prefix), 0 on padding
+    mask: torch.Tensor  # [B, C] 1.0 on completion tokens, 0.0 on padding
+    entropy: torch.Tensor | None  # [B, C] entropy of the tempered distribution
+    last_hidden: torch.Tensor | None  # [B, H] final hidden state at the last prompt token
+
+
+class PolicyModel:
+    """A causal LM + tokenizer answering in the policy format."""
+
+    def __init__(
+        self,
+        model: Any,
+        tokenizer: Any,
+        settings: PolicySettings | None = None,
+        *,
+        gen_batch_size: int = 16,
+        score_batch_size: int = 16,
+    ) -> None:
+        self.model = model
+        self.tokenizer = tokenizer
+        self.settings = settings or PolicySettings()
+        self.gen_batch_size = gen_batch_size
+        self.score_batch_size = score_batch_size
+        if tokenizer.padding_side != "left":
+            tokenizer.padding_side = "left"  # generation pads on the left
+        self.pad_id = (
+            tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+        )
+        self.stop_id = _single_token_id(tokenizer, ACTION_STOP)
+
+    # -- construction and saving -----------------------------------------------------------
+
+    @classmethod
+    def from_dir(cls, path: Path, settings: PolicySettings | None = None, **kw: Any) -> PolicyModel:
+        """A saved policy (or any saved causal LM + tokenizer directory)."""
+        import json
+
+        from components.lm.models import load_pretrained_dir
+
+        model, tokenizer = load_pretrained_dir(Path(path))
+        stamp = Path(path) / SETTINGS_FILE
+        if settings is None and stamp.exists():
+            settings = PolicySettings(**json.loads(stamp.read_text(encoding="utf-8")))
+        return cls(model, tokenizer, settings, **kw)
+
+    @classmethod
+    def tiny(
+        cls,
+        texts: Sequence[str],
+        preset: str = "nano",
+        vocab_size: int = 512,
+        settings: PolicySettings | None = None,
+        seed: int = 0,
+        **kw: Any,
+    ) -> PolicyModel:
+        """A from-scratch tiny Llama with a tokenizer trained on ``texts`` (tests, ci)."""
+        from components.lm.models import build_tiny_model
+        from components.lm.tokenizer import train_tokenizer
+
+        tokenizer = train_tokenizer(texts, vocab_size=vocab_size)
+        model = build_tiny_model(preset, tokenizer, seed=seed)
+        return cls(model, tokenizer, settings, **kw)
+
+    @classmethod
+    def from_hub(
+        cls,
+        name: str,
+        settings: PolicySettings | None = None,
+        lora: LoraSettings | None = None,
+        **kw: Any,
+    ) -> PolicyModel:
+        """A hub causal LM by name (gpu profile), optionally with fresh LoRA adapters."""
+        import torch
+
+        from components.lm.models import load_hub_model
+
+        model, tokenizer = load_hub_model(name)
+        if torch.cuda.is_available():
+            model = model.to("cuda")
+        policy = cls(model, tokenizer, settings, **kw)
+        if lora is not None:
+            policy.add_lora(lora)
+        return policy
+
+    def add_lora(self, lora: LoraSettings) -> None:
+        """Wrap the model with LoRA adapters: only they train; the frozen base is the reference."""
+        from peft import LoraConfig, get_peft_model
+
+        config = LoraConfig(
+            r=lora.r,
+            lora_alpha=lora.alpha,
+            lora_dropout=lora.dropout,
+            target_modules="all-linear",
+            task_type="CAUSAL_LM",
+        )
+        self.model = get_peft_model(self.model, config)
+
+    @property
+    def is_lora(self) -> bool:
+        """The model carries LoRA adapters (peft)."""
+        return hasattr(self.model, "disable_adapter")
+
+    def save(self, out_dir: Path) -> None:
+        """Save a plain model directory (LoRA merged) that ``from_dir`` and evaluators load."""
+        import json
+        from dataclasses import asdict
+
+        out_dir = Path(out_dir)
+        out_dir.mkdir(parents=True, exist_ok=True)
+        model = copy.deepcopy(self.model).merge_and_unload() if self.is_lora else self.model
+        model.save_pretrained(str(out_dir))
+        self.tokenizer.save_pretrained(str(out_dir))
+        (out_dir / SETTINGS_FILE).write_text(json.dumps(asdict(self.settings)), encoding="utf-8")
+
+    @property
+    def device(self) -> torch.device:
+        """Where the weights live."""
+        return next(self.model.parameters()).device
+
+    def trainable_parameters(self) -> Iterator[torch.nn.Parameter]:
+        """Parameters the optimizer updates (all of them, or the LoRA adapters)."""
+        return (p for p in self.model.parameters() if p.requires_grad)
+
+    def frozen_copy(self) -> PolicyModel:
+        """An independent frozen copy (the KL reference of a full fine-tune)."""
+        model = copy.deepcopy(self.model).eval()
+        for p in model.parameters():
+            p.requires_grad_(False)
+        return PolicyModel(
+            model,
+            self.tokenizer,
+            self.settings,
+            gen_batch_size=self.gen_batch_size,
+            score_batch_size=self.score_batch_size,
+        )
+
+    # -- prompts and sampling --------------------------------------------------------------
+
+    def prompt_ids(self, observations: Sequence[Observation]) -> list[list[int]]:
+        """Token ids of the chat-rendered prompts (with the assistant generation prompt)."""
+        out = []
+        for obs in observations:
+            text = self.tokenizer.apply_chat_template(
+                render_prompt(obs, self.settings), tokenize=False, add_generation_prompt=True
+            )
+            out.append(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+        return out
+
+    def act(
+        self,
+        observations: Sequence[Observation],
+        *,
+        temperature: float = 1.0,
+        max_new_tokens: int = 64,
+        with_logprobs: bool = True,
+    ) -> list[ActResult]:
+        """Sample (temperature > 0) or greedily pick one answer per observation."""
+        if not observations:
+            return []
+        prompts = self.prompt_ids(observations)
+        completions, logprobs = self.generate_ids(
+            prompts, temperature, max_new_tokens, with_logprobs=with_logprobs
+        )
+        results = []
+        for p, c, lp in zip(prompts, completions, logprobs, strict=True):
+            text = self.tokenizer.decode(c, skip_special_tokens=True)
+            decision, error = parse_policy_answer(text, self.settings.with_reasoning)
+            action = decision.action if decision is not None else MALFORMED_ACTION
+            results.append(ActResult(action, text, decision, error, tuple(p), tuple(c), lp))
+        return results
+
+    def generate_ids(
+        self,
+        prompts: Sequence[Sequence[int]],
+        temperature: float,
+        max_new_tokens: int,
+        *,
+        with_logprobs: bool = False,
+    ) -> tuple[list[list[int]], list[tuple[float, ...]]]:
+        """Completion ids per prompt, cut after ``</action>`` or eos (both kept), and their
+        log-probs (empty tuples unless ``with_logprobs``).
+
+        The log-probs come from the logits generation sampled from (log softmax(logits / T);
+        T = 1 for greedy), so no second forward pass is needed; they equal
+        ``sequence_logprobs`` of the same tokens up to float rounding (tested).
+        """
+        import torch
+
+        order = sorted(range(len(prompts)), key=lambda i: -len(prompts[i]))
+        out: list[list[int]] = [[] for _ in prompts]
+        scores: list[tuple[float, ...]] = [() for _ in prompts]
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            for start in range(0, len(order), self.gen_batch_size):
+                idx = order[start : start + self.gen_batch_size]
+                ids, attention = self._left_pad([prompts[i] for i in idx])
+                kwargs: dict[str, Any] = {
+                    "max_new_tokens": max_new_tokens,
+                    "pad_token_id": self.pad_id,
+                    "eos_token_id": self._stop_token_ids(),
+                    "output_logits": with_logprobs,
+                    "return_dict_in_generate": True,
+                }
+                if self.stop_id is None:  # multi-token stop string: HF checks the text
+                    kwargs.update(stop_strings=[ACTION_STOP], tokenizer=self.tokenizer)
+                if temperature > 0:
+                    kwargs.update(do_sample=True, temperature=temperature, top_p=1.0, top_k=0)
+                else:
+                    kwargs.update(do_sample=False, temperature=None, top_p=None, top_k=None)
+                with torch.inference_mode():
+                    generated = self.model.generate(
+                        input_ids=ids, attention_mask=attention, **kwargs
+                    )
+                new_ids = generated.sequences[:, ids.shape[1] :]
+                new = new_ids.tolist()
+                token_logps = None
+                if with_logprobs:
+                    logits = torch.stack(generated.logits, dim=1).float() / (temperature or 1.0)
+                    token_logps = (
+                        torch.log_softmax(logits, dim=-1)
+                        .gather(-1, new_ids.unsqueeze(-1))
+                        .squeeze(-1)
+                        .tolist()
+                    )
+                for row, (i, seq) in enumerate(zip(idx, new, strict=True)):
+                    out[i] = self._cut(seq)
+                    if token_logps is not None:
+                        scores[i] = tuple(token_logps[row][: len(out[i])])
+        finally:
+            self.model.train(was_training)
+        return out, scores
+
+    def _stop_token_ids(self) -> list[int]:
+        ids = [self.tokenizer.eos_token_id]
+        if self.stop_id is not None:
+            ids.append(self.stop_id)
+        return ids
+
+    def _cut(self, seq: list[int]) -> list[int]:
+        """Keep tokens up to and including the first stop/eos token (then only padding)."""
+        stops = set(self._stop_token_ids())
+        for i, t in enumerate(seq):
+            if t in stops:
+                return seq[: i + 1]
+        if self.stop_id is None:  # the stop string spans tokens: shortest prefix containing it
+            if ACTION_STOP not in self.tokenizer.decode(seq):
+                return seq
+            lo, hi = 1, len(seq)
+            while lo < hi:
+                mid = (lo + hi) // 2
+                if ACTION_STOP in self.tokenizer.decode(seq[:mid]):
+                    hi = mid
+                else:
+                    lo = mid + 1
+            return seq[:lo]
+        return seq
+
+    def _left_pad(self, seqs: Sequence[Sequence[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+        import torch
+
+        width = max(len(s) for s in seqs)
+        ids = [[self.pad_id] * (width - len(s)) + list(s) for s in seqs]
+        att = [[0] * (width - len(s)) + [1] * len(s) for s in seqs]
+        device = self.device
+        return (
+            torch.tensor(ids, dtype=torch.long, device=device),
+            torch.tensor(att, dtype=torch.long, device=device),
+        )
+
+    # -- scoring -----------------------------------------------------------------------------
+
+    def completion_logprobs(
+        self,
+        prompts: Sequence[Sequence[int]],
+        completions: Sequence[Sequence[int]],
+        temperature: float = 1.0,
+    ) -> list[tuple[float, ...]]:
+        """Log-probabilities of each completion token (no gradients), in input order."""
+        import torch
+
+        out: list[tuple[float, ...]] = []
+        with torch.no_grad():
+            for start in range(0, len(prompts), self.score_batch_size):
+                end = start + self.score_batch_size
+                scores = self.sequence_logprobs(
+                    prompts[start:end], completions[start:end], temperature
+                )
+                for row, mask in zip(scores.logprobs.tolist(), scores.mask.tolist(), strict=True):
+                    out.append(tuple(v for v, m in zip(row, mask, strict=True) if m > 0))
+        return out
+
+    def sequence_logprobs(
+        self,
+        prompts: Sequence[Sequence[int]],
+        completions: Sequence[Sequence[int]],
+        temperature: float = 1.0,
+        *,
+        with_entropy: bool = False,
+        with_hidden: bool = False,
+    ) -> TokenScores:
+        """Score completions given prompts in one forward pass (gradients follow torch's mode).
+
+        Layout: ``[left pad | prompt | completion | right pad]``; position ids count real
+        tokens only, as in generation, so scores match what was sampled.
+        """
+        import torch
+
+        p_width = max(len(p) for p in prompts)
+        c_width = max(1, max(len(c) for c in completions))
+        rows, att, cmask = [], [], []
+        for p, c in zip(prompts, completions, strict=True):
+            lpad, rpad = p_width - len(p), c_width - len(c)
+            rows.append([self.pad_id] * lpad + list(p) + list(c) + [self.pad_id] * rpad)
+            att.append([0] * lpad + [1] * (len(p) + len(c)) + [0] * rpad)
+            cmask.append([1.0] * len(c) + [0.0] * rpad)
+        device = self.device
+        ids = torch.tensor(rows, dtype=torch.long, device=device)
+        attention = torch.tensor(att, dtype=torch.long, device=device)
+        mask = torch.tensor(cmask, dtype=torch.float32, device=device)
+        positions = (attention.cumsum(-1) - 1).clamp(min=0)
+        out = self.model(
+            input_ids=ids,
+            attention_mask=attention,
+            position_ids=positions,
+            logits_to_keep=c_width + 1,  # the last prompt position predicts the first token
+            output_hidden_states=with_hidden,
+            use_cache=False,
+        )
+        logits = out.logits[:, :-1, :].float() / temperature
+        logp_all = torch.log_softmax(logits, dim=-1)
+        targets = ids[:, p_width:]
+        logprobs = logp_all.gather(-1, targets.unsqueeze(-1)).squeeze(-1) * mask
+        entropy = None
+        if with_entropy:
+            entropy = -(logp_all.exp() * logp_all).sum(-1) * mask
+        hidden = out.hidden_states[-1][:, p_width - 1, :] if with_hidden else None
+        return TokenScores(logprobs=logprobs, mask=mask, entropy=entropy, last_hidden=hidden)
+
+
+@dataclass(frozen=True)
+class LoraSettings:
+    """LoRA adapter sizes (gpu profile)."""
+
+    r: int = 16
+    alpha: int = 32
+    dropout: float = 0.0
+
+
+def parse_policy_answer(text: str, with_reasoning: bool) -> tuple[Decision | None, str | None]:
+    """(decision, None) or (None, why it is malformed); never raises.
+
+    Stricter than ``parse_answer`` on one point: an action with a non-printable character
+    is malformed. A tiny policy does sample control bytes, and TextWorld's frotz engine
+    crashes the whole process (segfault in ``os_read_line``) on e.g. ``"go\\x13"``.
+    """
+    try:
+        decision = parse_answer(text, with_reasoning)
+    except MalformedActionError as err:
+        return None, str(err)
+    if not decision.action.isprintable():
+        return None, "non-printable character in <action>"
+    return decision, None
+
+
+def _single_token_id(tokenizer: Any, text: str) -> int | None:
+    """The id of ``text`` when the tokenizer encodes it as exactly one token."""
+    ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+    return ids[0] if len(ids) == 1 else None

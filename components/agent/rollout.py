@@ -1,0 +1,361 @@
+"""Multi-turn rollouts of the policy on any environment with the common interface.
+
+One loop serves real and synthetic environments through the *vector* interface that
+``components/experience/synthetic_env.VectorSyntheticEnv`` implements:
+
+    venv.reset(tasks) -> list[(observation, info)]            one slot per task
+    venv.step(actions) -> list[(obs, reward, terminated, truncated, info) | None]
+                                                               one action per slot, None for
+                                                               finished slots (they return None)
+    venv.active -> list[bool]  (optional)                      slots still running
+
+``EnvList`` makes a list of ordinary ``Env`` instances (components/envs/base.py, e.g. real
+TextWorld games) look like that, stepping them one by one, and counts every real step it
+takes (``real_steps``); an env without that attribute (the synthetic one) counts 0.
+
+Each turn records what the policy saw and produced: the prompt token ids (the rendered
+task, history, state and admissible actions, i.e. environment text: never trained on),
+the completion token ids (the only tokens that get a loss) and their log-probabilities at
+sampling time. The episode's outcome reward is the sum of its step rewards (0/1 outcome
+rewards: 1 only when the task was completed).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from components.agent.policy import Observation
+from components.agent.policy_model import ActResult, PolicyModel
+from components.envs.base import ADMISSIBLE, FEEDBACK, VALID, WON, Env, EnvError
+from components.schema import Provenance, Source, Task, Trajectory, Transition, stable_id
+
+ENV_ERROR = "env_error"  # info key: the env process failed, the episode ended as a failure
+StepTuple = tuple[str, float, bool, bool, dict[str, Any]]
+
+
+class VectorEnv(Protocol):
+    """Many episodes stepped together (see the module docstring)."""
+
+    def reset(self, tasks: Sequence[Task]) -> list[tuple[str, dict[str, Any]]]:
+        """Start one episode per task."""
+        ...
+
+    def step(self, actions: Sequence[str | None]) -> Sequence[StepTuple | None]:
+        """One action per slot (None for finished slots)."""
+        ...
+
+
+class EnvList:
+    """Plain ``Env`` instances behind the vector interface; counts real steps.
+
+    Slots get an env that last ran the same task when one is free (TextWorld keeps the
+    game loaded), else any free env; missing envs come from ``factory``. An ``EnvError``
+    ends that episode as a failure (reward 0, terminated, ``info[ENV_ERROR]``); the step
+    that raised still counts as a real interaction.
+    """
+
+    def __init__(
+        self,
+        envs: Sequence[Env] = (),
+        factory: Callable[[], Env] | None = None,
+        *,
+        real: bool = True,
+    ) -> None:
+        if not envs and factory is None:
+            raise ValueError("EnvList needs envs or a factory")
+        self.envs: list[Env] = list(envs)
+        self.factory = factory
+        self.real = real  # False for a list of synthetic single envs (no real steps counted)
+        self.real_steps = 0
+        self.real_resets = 0
+        self._last_task: list[str | None] = [None] * len(self.envs)
+        self._slots: list[int] = []  # slot -> env index
+        self._live: list[bool] = []
+
+    @property
+    def active(self) -> list[bool]:
+        """Per slot: the episode is still running."""
+        return list(self._live)
+
+    @property
+    def done(self) -> bool:
+        """Every episode has finished."""
+        return not any(self._live)
+
+    def _assign(self, tasks: Sequence[Task]) -> list[int]:
+        while len(self.envs) < len(tasks):
+            if self.factory is None:
+                raise ValueError(f"{len(tasks)} tasks but only {len(self.envs)} envs")
+            self.envs.append(self.factory())
+            self._last_task.append(None)
+        free = set(range(len(self.envs)))
+        slots: list[int | None] = [None] * len(tasks)
+        for s, task in enumerate(tasks):  # prefer an env that already has this game loaded
+            match = next((e for e in sorted(free) if self._last_task[e] == task.task_id), None)
+            if match is not None:
+                slots[s] = match
+                free.discard(match)
+        for s in range(len(tasks)):
+            if slots[s] is None:
+                slots[s] = min(free)
+                free.discard(slots[s])
+        return [int(e) for e in slots if e is not None]
+
+    def reset(self, tasks: Sequence[Task]) -> list[tuple[str, dict[str, Any]]]:
+        """Reset one env per task."""
+        self._slots = self._assign(tasks)
+        self._live = [True] * len(tasks)
+        out: list[tuple[str, dict[str, Any]]] = []
+        for s, (task, e) in enumerate(zip(tasks, self._slots, strict=True)):
+            self._last_task[e] = task.task_id
+            self.real_resets += self.real
+            try:
+                out.append(self.envs[e].reset(task))
+            except EnvError as err:
+                self._live[s] = False
+                self._last_task[e] = None
+                out.append(("", {ENV_ERROR: str(err)}))
+        return out
+
+    def step(self, actions: Sequence[str | None]) -> list[StepTuple | None]:
+        """Step every live slot that got an action, one env after the other."""
+        if len(actions) != len(self._slots):
+            raise ValueError(f"{len(actions)} actions for {len(self._slots)} slots")
+        out: list[StepTuple | None] = [None] * len(actions)
+        for s, action in enumerate(actions):
+            if not self._live[s] or action is None:
+                continue
+            env_index = self._slots[s]
+            self.real_steps += self.real
+            try:
+                obs, reward, terminated, truncated, info = self.envs[env_index].step(action)
+            except EnvError as err:
+                self._last_task[env_index] = None
+                obs, reward, terminated, truncated, info = "", 0, True, False, {ENV_ERROR: str(err)}
+            out[s] = (obs, reward, terminated, truncated, info)
+            if terminated or truncated:
+                self._live[s] = False
+        return out
+
+    def close(self) -> None:
+        """Close every env."""
+        for env in self.envs:
+            env.close()
+
+
+def real_steps_of(venv: Any) -> int:
+    """Real env steps a vector env has taken so far (0 for a synthetic env)."""
+    return int(getattr(venv, "real_steps", 0))
+
+
+@dataclass
+class Turn:
+    """One decision of an episode and the env's answer."""
+
+    observation: Observation  # what the policy saw
+    act: ActResult  # prompt/completion ids, old log-probs, the action sent
+    reward: float
+    next_state: str
+    valid: bool
+    done: bool
+
+
+@dataclass
+class Episode:
+    """One rollout: the task, its turns and how it ended."""
+
+    task: Task
+    group: int  # episodes with the same group share an advantage baseline (GRPO)
+    initial_state: str
+    turns: list[Turn] = field(default_factory=list)
+    terminated: bool = False
+    truncated: bool = False
+    won: bool = False
+    env_error: str | None = None
+
+    @property
+    def reward(self) -> float:
+        """Outcome reward: the sum of step rewards."""
+        return float(sum(t.reward for t in self.turns))
+
+    @property
+    def success(self) -> bool:
+        """The task was completed."""
+        return self.won or self.reward > 0
+
+    @property
+    def n_malformed(self) -> int:
+        """Turns whose answer was malformed."""
+        return sum(t.act.malformed for t in self.turns)
+
+    def to_trajectory(
+        self,
+        *,
+        source: Source,
+        policy: str,
+        iteration: int = 0,
+        checkpoint: str | None = None,
+        index: int = 0,
+    ) -> Trajectory | None:
+        """The episode as a schema Trajectory (None when it has no turns)."""
+        if not self.turns:
+            return None
+        episode_id = stable_id(source, policy, iteration, checkpoint, index, self.task.task_id)
+        state = self.initial_state
+        steps = []
+        for i, t in enumerate(self.turns):
+            steps.append(
+                Transition(
+                    id=Transition.make_id(episode_id, i),
+                    task_id=self.task.task_id,
+                    env=self.task.env,
+                    episode_id=episode_id,
+                    step_index=i,
+                    instruction=self.task.instruction,
+                    state=state,
+                    action=t.act.action,
+                    next_state=t.next_state,
+                    reward=int(t.reward > 0),
+                    done=t.done,
+                    admissible_actions=list(t.observation.admissible)
+                    if t.observation.admissible is not None
+                    else None,
+                    valid_action=t.valid,
+                    source=source,
+                    provenance=Provenance(
+                        policy=policy, iteration=iteration, checkpoint=checkpoint
+                    ),
+                )
+            )
+            state = t.next_state
+        return Trajectory(
+            episode_id=episode_id,
+            task_id=self.task.task_id,
+            env=self.task.env,
+            split=self.task.split,
+            source=source,
+            policy=policy,
+            initial_state=self.initial_state,
+            steps=steps,
+            success=bool(steps[-1].reward),
+            truncated=self.truncated,
+        )
+
+
+@dataclass
+class RolloutBatch:
+    """The episodes of one rollout round and what they cost."""
+
+    episodes: list[Episode]
+    real_steps: int  # real env steps taken by this round (0 in a synthetic env)
+    seconds: float
+    policy_seconds: float  # generation + scoring
+    env_seconds: float  # env stepping (real simulator or experience model)
+
+    def metrics(self) -> dict[str, float]:
+        """Success, reward, length, malformed rate and costs of the round."""
+        eps = self.episodes
+        turns = [t for e in eps for t in e.turns]
+        n, n_turns = max(1, len(eps)), max(1, len(turns))
+        return {
+            "episodes": float(len(eps)),
+            "success_rate": sum(e.success for e in eps) / n,
+            "mean_reward": sum(e.reward for e in eps) / n,
+            "mean_turns": len(turns) / n,
+            "malformed_rate": sum(t.act.malformed for t in turns) / n_turns,
+            "invalid_rate": sum(not t.valid for t in turns) / n_turns,
+            "truncated_rate": sum(e.truncated for e in eps) / n,
+            "env_errors": float(sum(e.env_error is not None for e in eps)),
+            "completion_tokens": float(sum(len(t.act.completion_ids) for t in turns)),
+            "real_steps_round": float(self.real_steps),
+            "rollout_seconds": self.seconds,
+            "policy_seconds": self.policy_seconds,
+            "env_seconds": self.env_seconds,
+        }
+
+
+def collect_rollouts(
+    policy: PolicyModel,
+    venv: VectorEnv,
+    tasks: Sequence[Task],
+    *,
+    groups: Sequence[int] | None = None,
+    temperature: float = 1.0,
+    max_new_tokens: int = 64,
+    max_turns: int | None = None,
+) -> RolloutBatch:
+    """Run one episode per task to the end, all slots advanced together.
+
+    ``max_turns`` is a safety cap on top of the env's own step limit (the episode is then
+    marked truncated); normally the env truncates first.
+    """
+    start = time.perf_counter()
+    steps_before = real_steps_of(venv)
+    groups = list(groups) if groups is not None else list(range(len(tasks)))
+    t_env = time.perf_counter()
+    first = venv.reset(list(tasks))
+    env_seconds = time.perf_counter() - t_env
+    live = list(getattr(venv, "active", [True] * len(tasks)))
+    episodes = [
+        Episode(task=t, group=g, initial_state=obs, env_error=info.get(ENV_ERROR))
+        for t, g, (obs, info) in zip(tasks, groups, first, strict=True)
+    ]
+    states = [obs for obs, _ in first]
+    infos = [info for _, info in first]
+    histories: list[list[tuple[str, str]]] = [[] for _ in tasks]
+    policy_seconds = 0.0
+    while any(live):
+        idx = [i for i, alive in enumerate(live) if alive]
+        observations = [
+            Observation(
+                instruction=tasks[i].instruction,
+                state=states[i],
+                history=tuple(histories[i]),
+                admissible=_admissible(infos[i]),
+            )
+            for i in idx
+        ]
+        t0 = time.perf_counter()
+        acts = policy.act(observations, temperature=temperature, max_new_tokens=max_new_tokens)
+        policy_seconds += time.perf_counter() - t0
+        actions: list[str | None] = [None] * len(tasks)
+        for i, act in zip(idx, acts, strict=True):
+            actions[i] = act.action
+        t0 = time.perf_counter()
+        outs = venv.step(actions)
+        env_seconds += time.perf_counter() - t0
+        for i, obs_i, act in zip(idx, observations, acts, strict=True):
+            out = outs[i]
+            if out is None:  # the env had already ended this slot: nothing was applied
+                live[i] = False
+                continue
+            obs, reward, terminated, truncated, info = out
+            ep = episodes[i]
+            if max_turns is not None and len(ep.turns) + 1 >= max_turns:
+                truncated = truncated or not terminated
+            done = bool(terminated or truncated)
+            valid = bool(info.get(VALID, True)) and not act.malformed
+            ep.turns.append(Turn(obs_i, act, float(reward), obs, valid, done))
+            histories[i].append((act.action, str(info.get(FEEDBACK, ""))))
+            states[i], infos[i] = obs, info
+            if ENV_ERROR in info:
+                ep.env_error = str(info[ENV_ERROR])
+            if done:
+                live[i] = False
+                ep.terminated, ep.truncated = bool(terminated), bool(truncated and not terminated)
+                ep.won = bool(info.get(WON, False)) or reward > 0
+    return RolloutBatch(
+        episodes=episodes,
+        real_steps=real_steps_of(venv) - steps_before,
+        seconds=time.perf_counter() - start,
+        policy_seconds=policy_seconds,
+        env_seconds=env_seconds,
+    )
+
+
+def _admissible(info: dict[str, Any]) -> tuple[str, ...] | None:
+    actions = info.get(ADMISSIBLE)
+    return tuple(actions) if actions else None

@@ -1,0 +1,221 @@
+"""``train_rl``: the RL training loop shared by GRPO and PPO, real or synthetic env.
+
+Each round: pick the task batch (seeded sample of ``tasks``, or ``tasks(iteration)`` for a
+curriculum), run ``rollouts_per_task`` episodes per task with all slots stepped together,
+update the policy, log the round's metrics through ``log_fn(metrics, step)`` (the caller
+decides where they go: the stages call components/tracking.py), and checkpoint every
+``save_every`` rounds. A run stops early, after a checkpoint, once its wall-clock
+(``max_train_minutes``) or real-step (``max_real_steps``; overshoot < one round) budget is
+spent. A run that finds checkpoints of the same run (fingerprint) under
+``out_dir/checkpoints`` resumes after the last one: same rounds, same real-step count,
+same weights as an uninterrupted run. The final policy is saved to ``out_dir/policy``.
+
+Every round reports ``real_steps`` (cumulative real env steps used by this training run,
+counted by ``EnvList``; 0 in a synthetic env), so every method logs its real budget.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+import time
+from collections.abc import Callable, Hashable, Sequence
+from pathlib import Path
+from typing import Any
+
+from components.agent import checkpoint
+from components.agent.grpo import GRPO, GRPOConfig
+from components.agent.policy_model import PolicyModel
+from components.agent.ppo import PPO, PPOConfig
+from components.agent.rl import RUNTIME_FIELDS, seed_everything, seed_int
+from components.agent.rollout import EnvList, RolloutBatch, VectorEnv, collect_rollouts
+from components.config import RLAlgoConfig
+from components.envs.base import Env
+from components.schema import Task
+
+log = logging.getLogger(__name__)
+
+POLICY_DIR = "policy"
+CHECKPOINT_DIR = "checkpoints"
+HISTORY_FILE = "history.jsonl"
+LogFn = Callable[[dict[str, float], int], None]
+TaskSource = Sequence[Task] | Callable[[int], Sequence[Task]]
+EnvSource = VectorEnv | Sequence[Env] | Callable[[], Env]
+
+
+def make_learner(
+    policy: PolicyModel,
+    cfg: RLAlgoConfig,
+    group_fn: Callable[[Task], Hashable] | None = None,
+) -> GRPO | PPO:
+    """The learner for ``cfg``'s algorithm."""
+    if isinstance(cfg, GRPOConfig):
+        return GRPO(policy, cfg)
+    if isinstance(cfg, PPOConfig):
+        return PPO(policy, cfg, group_fn)
+    raise TypeError(f"unknown RL config {type(cfg).__name__}")
+
+
+def as_vector_env(env: EnvSource) -> tuple[Any, bool]:
+    """(vector env, created here): a VectorEnv as is; Env lists/factories in an EnvList.
+
+    Only envs made here from a factory are closed at the end; the caller owns the others.
+    """
+    if hasattr(env, "reset") and hasattr(env, "step"):
+        return env, False
+    if callable(env):
+        return EnvList(factory=env), True
+    return EnvList(list(env)), False
+
+
+def task_batch(
+    tasks: TaskSource, iteration: int, cfg: RLAlgoConfig
+) -> tuple[list[Task], list[int]]:
+    """This round's episodes' tasks (each repeated ``rollouts_per_task`` times) and groups."""
+    if callable(tasks):
+        distinct = list(tasks(iteration))
+    else:
+        pool = list(tasks)
+        if not pool:
+            raise ValueError("no tasks to train on")
+        rng = random.Random(seed_int(cfg.seed, "tasks", iteration))
+        k = cfg.tasks_per_iteration
+        distinct = rng.sample(pool, k) if k <= len(pool) else rng.choices(pool, k=k)
+    n = cfg.rollouts_per_task
+    return (
+        [t for t in distinct for _ in range(n)],
+        [g for g in range(len(distinct)) for _ in range(n)],
+    )
+
+
+def fingerprint_of(cfg: RLAlgoConfig, extra: dict[str, Any] | None) -> dict[str, Any]:
+    """What identifies a run for resuming: algorithm, config (minus runtime fields), extra."""
+    fields = {k: v for k, v in cfg.model_dump(mode="json").items() if k not in RUNTIME_FIELDS}
+    return {"algorithm": type(cfg).__name__, "config": fields, "extra": extra or {}}
+
+
+def train_rl(
+    policy: PolicyModel,
+    env: EnvSource,
+    tasks: TaskSource,
+    cfg: RLAlgoConfig,
+    out_dir: Path,
+    log_fn: LogFn | None = None,
+    *,
+    group_fn: Callable[[Task], Hashable] | None = None,
+    on_rollouts: Callable[[int, RolloutBatch], None] | None = None,
+    fingerprint: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Train ``policy`` in place with GRPO or PPO (by ``cfg``'s type); returns a summary.
+
+    ``env``: a vector env (``reset(tasks)``/``step(actions)``, e.g. VectorSyntheticEnv), a
+    list of Env instances, or a zero-argument Env factory (a pool grows to the batch).
+    ``tasks``: the task pool (a seeded sample per round) or ``tasks(iteration)`` returning
+    the round's distinct tasks. ``group_fn``: PPO's advantage-normalisation groups.
+    ``on_rollouts(iteration, batch)``: called with each round's episodes (buffer append,
+    curriculum statistics). ``fingerprint``: extra identity of the run (e.g. start model).
+    """
+    out_dir = Path(out_dir)
+    ckpt_dir = out_dir / CHECKPOINT_DIR
+    learner = make_learner(policy, cfg, group_fn)  # the reference is copied before resuming
+    venv, owned = as_vector_env(env)
+    start_iteration, real_steps, history = 0, 0, []
+    resumed_from = checkpoint.prepare(ckpt_dir, fingerprint_of(cfg, fingerprint))
+    if resumed_from is not None:
+        state = checkpoint.load(resumed_from)
+        checkpoint.load_trainable_state(policy.model, state["policy"])
+        learner.load_state_dict(state["learner"])
+        checkpoint.set_rng_state(state["rng"])
+        start_iteration, real_steps = state["iteration"], state["real_steps"]
+        history = list(state["history"])
+        log.info("resumed from %s (round %d)", resumed_from, start_iteration)
+    started = time.perf_counter()
+    iteration = start_iteration
+    stopped_by_budget = cfg.max_real_steps is not None and real_steps >= cfg.max_real_steps
+    try:
+        while iteration < cfg.iterations and not stopped_by_budget:
+            seed_everything(seed_int(cfg.seed, "round", iteration))
+            batch_tasks, groups = task_batch(tasks, iteration, cfg)
+            policy.model.eval()
+            batch = collect_rollouts(
+                policy,
+                venv,
+                batch_tasks,
+                groups=groups,
+                temperature=cfg.temperature,
+                max_new_tokens=cfg.max_new_tokens,
+                max_turns=cfg.max_turns,
+            )
+            if on_rollouts is not None:
+                on_rollouts(iteration, batch)
+            t0 = time.perf_counter()
+            stats = learner.update(batch, iteration)
+            real_steps += batch.real_steps
+            iteration += 1
+            metrics = {
+                **batch.metrics(),
+                **stats,
+                "iteration": float(iteration),
+                "real_steps": float(real_steps),
+                "update_seconds": time.perf_counter() - t0,
+            }
+            history.append(metrics)
+            if log_fn is not None:
+                log_fn(metrics, iteration)
+            elapsed_min = (time.perf_counter() - started) / 60
+            stopped_by_budget = (
+                cfg.max_train_minutes is not None and elapsed_min >= cfg.max_train_minutes
+            ) or (cfg.max_real_steps is not None and real_steps >= cfg.max_real_steps)
+            last = iteration == cfg.iterations or stopped_by_budget
+            if iteration % cfg.save_every == 0 or last:
+                checkpoint.save(
+                    ckpt_dir,
+                    iteration,
+                    {
+                        "policy": checkpoint.trainable_state(policy.model),
+                        "learner": learner.state_dict(),
+                        "rng": checkpoint.rng_state(),
+                        "iteration": iteration,
+                        "real_steps": real_steps,
+                        "history": history,
+                    },
+                    keep=cfg.keep_checkpoints,
+                )
+            if stopped_by_budget:
+                log.info("budget spent after round %d (%d real steps)", iteration, real_steps)
+    finally:
+        if owned:
+            venv.close()
+    policy.save(out_dir / POLICY_DIR)
+    with (out_dir / HISTORY_FILE).open("w", encoding="utf-8") as f:
+        for row in history:
+            f.write(json.dumps(row) + "\n")
+    return summarize(history, cfg, iteration, real_steps, resumed_from, stopped_by_budget)
+
+
+def summarize(
+    history: Sequence[dict[str, float]],
+    cfg: RLAlgoConfig,
+    iterations: int,
+    real_steps: int,
+    resumed_from: Path | None,
+    stopped_by_budget: bool,
+) -> dict[str, Any]:
+    """The run's summary: rounds, real steps, first/last success rates, costs."""
+    out: dict[str, Any] = {
+        "algorithm": type(cfg).__name__.removesuffix("Config").lower(),
+        "iterations": iterations,
+        "real_steps": real_steps,
+        "episodes": int(sum(h.get("episodes", 0) for h in history)),
+        "resumed": int(resumed_from is not None),
+        "stopped_by_budget": int(stopped_by_budget),
+        "rollout_seconds": round(sum(h.get("rollout_seconds", 0) for h in history), 2),
+        "update_seconds": round(sum(h.get("update_seconds", 0) for h in history), 2),
+    }
+    if history:
+        k = min(3, len(history))  # a few rounds smooth the noise of one batch
+        out["success_rate_first"] = sum(h["success_rate"] for h in history[:k]) / k
+        out["success_rate_last"] = sum(h["success_rate"] for h in history[-k:]) / k
+        out["malformed_rate_last"] = history[-1]["malformed_rate"]
+    return out

@@ -1,0 +1,158 @@
+"""One curriculum step per RL iteration: variance -> seeds -> variants -> filter -> mix.
+
+Given the rollouts of the last iteration (``Rollout(task_id, reward)``), the curriculum
+computes the reward variance of each group (GRPO: a task's n rollouts; PPO: a k-means
+cluster of task embeddings), takes the highest-variance tasks as seeds, asks the
+experience model's task-generation head for variants, keeps the well-formed new ones and
+builds the next task batch with at most floor(lambda * batch_size) generated tasks.
+Switches: ``task_generation=False`` (ablation "w/o task generation") or no ``generate_fn``
+gives batches of real tasks only. Per-iteration metrics: variance histogram, share of
+generated tasks, success on real / seed / generated tasks, generation and filter counts.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Literal
+
+from components.config import CurriculumConfig
+from components.curriculum.clusters import assign_clusters
+from components.curriculum.selection import filter_generated, mix_batch, select_seeds
+from components.curriculum.variance import GroupStats, Rollout, group_stats, variance_histogram
+from components.experience.task_generation import GenerateFn, generate_variants
+from components.schema import Task
+
+if TYPE_CHECKING:
+    from components.buffer.embedders import Embedder
+
+GroupBy = Literal["task", "cluster"]
+
+
+@dataclass(frozen=True)
+class TaskBatch:
+    """The tasks of one iteration and what the curriculum did to choose them."""
+
+    iteration: int
+    tasks: list[Task]
+    seeds: list[str] = field(default_factory=list)
+    new_generated: list[Task] = field(default_factory=list)
+    metrics: dict[str, float] = field(default_factory=dict)
+    variance_histogram: dict[str, int] = field(default_factory=dict)
+
+
+def success_rate(rollouts: Sequence[Rollout], task_ids: set[str]) -> float | None:
+    """Mean success (reward >= 1) over the rollouts of ``task_ids`` (None if there are none)."""
+    hits = [r.reward >= 1 for r in rollouts if r.task_id in task_ids]
+    return sum(hits) / len(hits) if hits else None
+
+
+class Curriculum:
+    """Chooses each iteration's task batch (state: the generated-task pool and past seeds)."""
+
+    def __init__(
+        self,
+        real_tasks: Sequence[Task],
+        cfg: CurriculumConfig,
+        *,
+        generate_fn: GenerateFn | None = None,
+        task_generation: bool = True,
+        group_by: GroupBy = "task",
+        embedder: Embedder | None = None,
+    ) -> None:
+        if not real_tasks:
+            raise ValueError("the curriculum needs real tasks")
+        if group_by == "cluster" and embedder is None:
+            raise ValueError("group_by='cluster' (PPO) needs an embedder")
+        self.real = list(real_tasks)
+        self.cfg = cfg
+        self.generate_fn = generate_fn
+        self.task_generation = task_generation and generate_fn is not None
+        self.group_by = group_by
+        self.embedder = embedder
+        self.generated: list[Task] = []  # newest first
+        self.seed_ids: set[str] = set()
+
+    @property
+    def tasks_by_id(self) -> dict[str, Task]:
+        """Every task the curriculum knows (real and generated)."""
+        return {t.task_id: t for t in [*self.real, *self.generated]}
+
+    def first_batch(self) -> TaskBatch:
+        """Iteration 0: real tasks only (no rollouts yet to measure variance)."""
+        tasks = mix_batch(self.real, [], self.cfg.batch_size, 0.0, self.cfg.seed)
+        return TaskBatch(iteration=0, tasks=tasks, metrics={"share_generated": 0.0})
+
+    def task_stats(self, rollouts: Sequence[Rollout]) -> dict[str, GroupStats]:
+        """Per task: its own stats (GRPO) or its cluster's stats (PPO)."""
+        per_task = group_stats(rollouts)
+        if self.group_by == "task":
+            return per_task
+        known = self.tasks_by_id
+        tasks = [known[t] for t in sorted(per_task) if t in known]
+        assert self.embedder is not None
+        clusters = assign_clusters(tasks, self.embedder, self.cfg.n_clusters, self.cfg.seed)
+        per_cluster = group_stats([r for r in rollouts if r.task_id in clusters], group_of=clusters)
+        return {tid: per_cluster[c] for tid, c in clusters.items()}
+
+    def next_batch(self, rollouts: Sequence[Rollout], iteration: int) -> TaskBatch:
+        """The batch of ``iteration`` from the previous iteration's rollouts."""
+        stats = self.task_stats(rollouts)
+        counts: Counter[str] = Counter()
+        seeds: list[str] = []
+        kept: list[Task] = []
+        if self.task_generation and self.cfg.variants_per_seed > 0:
+            seeds = select_seeds(stats, self.cfg.seeds_per_iteration, self.cfg.min_variance)
+            known = self.tasks_by_id
+            seed_tasks = [known[s] for s in seeds if s in known]
+            assert self.generate_fn is not None
+            candidates = generate_variants(
+                self.generate_fn, seed_tasks, self.cfg.variants_per_seed, counts=counts
+            )
+            kept, rejected = filter_generated(
+                candidates,
+                [*self.real, *self.generated],
+                min_chars=self.cfg.min_task_chars,
+                max_chars=self.cfg.max_task_chars,
+            )
+            counts.update({f"rejected_{k}": v for k, v in rejected.items()})
+            self.generated = kept + self.generated
+            self.seed_ids.update(seeds)
+        lam = self.cfg.lambda_generated if self.task_generation else 0.0
+        tasks = mix_batch(
+            self.real, self.generated, self.cfg.batch_size, lam, self.cfg.seed + iteration
+        )
+        per_task = group_stats(rollouts)
+        hist = variance_histogram([s.variance for s in per_task.values()], self.cfg.variance_bins)
+        metrics = self._metrics(rollouts, tasks, per_task, counts, kept)
+        return TaskBatch(iteration, tasks, seeds, kept, metrics, hist)
+
+    def _metrics(
+        self,
+        rollouts: Sequence[Rollout],
+        tasks: Sequence[Task],
+        per_task: dict[str, GroupStats],
+        counts: Counter[str],
+        kept: Sequence[Task],
+    ) -> dict[str, float]:
+        gen_ids = {t.task_id for t in self.generated}
+        real_ids = {t.task_id for t in self.real}
+        variances = [s.variance for s in per_task.values()]
+        out: dict[str, float] = {
+            "share_generated": sum(t.generated for t in tasks) / len(tasks),
+            "n_generated_in_batch": float(sum(t.generated for t in tasks)),
+            "n_generated_pool": float(len(self.generated)),
+            "n_generated_new": float(len(kept)),
+            "mean_variance": sum(variances) / len(variances) if variances else 0.0,
+            **{k: float(v) for k, v in counts.items()},
+        }
+        for name, ids in (
+            ("success_real", real_ids),
+            ("success_seed_tasks", set(self.seed_ids)),
+            ("success_generated", gen_ids),
+        ):
+            rate = success_rate(rollouts, ids)
+            if rate is not None:
+                out[name] = rate
+        return out

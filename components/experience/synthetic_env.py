@@ -1,0 +1,675 @@
+"""The synthetic environment: the trained experience model used as a simulator.
+
+Interface (what agent RL code uses)
+-----------------------------------
+``GenerateFn = Callable[[list[list[dict[str, str]]]], list[str]]``: one batched call,
+chat prompts in, raw completions out, same order. Any backend plugs in through
+``generate_fns(backend, cfg)``: ``Generator(model, tokenizer)`` (local transformers,
+batched) or ``OpenAIBackend(OpenAIBackendConfig(..., on_failure="empty"))`` (a vLLM /
+OpenAI-compatible server, concurrent requests).
+
+``VectorSyntheticEnv`` advances many episodes at once (ONE generate call and ONE
+retrieval call per ``step`` for all live episodes)::
+
+    index = RealStateIndex.from_trajectories(train_trajectories)   # initial states etc.
+    venv = VectorSyntheticEnv.from_config(cfg, Generator(model, tok), index,
+                                          buffer=buf, meta=load_meta(model_dir))
+    # or by hand: generate, resample = generate_fns(backend, cfg.synthetic);
+    # VectorSyntheticEnv(generate, index, cfg=cfg.synthetic, prompt=settings,
+    #                    retriever=buffer_retriever(buf), resample=resample)
+    first = venv.reset(tasks)          # list[(obs, info)]; GRPO: repeat a task n times
+    while not venv.done:
+        actions = [policy(obs) if live else None for ...]     # one per slot
+        outs = venv.step(actions)      # list[StepOutput | None]; None = slot finished earlier
+        for i, out in enumerate(outs):
+            if out is not None:
+                obs, reward, terminated, truncated, info = out
+    trajs = venv.trajectories(policy="grpo", iteration=it, checkpoint="ckpt-3")
+    venv.metrics()                     # counts and seconds (generation, retrieval, parsing)
+
+``SyntheticEnv`` is the same engine with one slot and implements the ``Env`` protocol of
+``components/envs/base.py`` (``reset(task) -> (obs, info)``, ``step(action) -> 5-tuple``),
+so code written for the real envs runs unchanged.
+
+Semantics
+- reset: a known task starts from its real initial observation
+  (``RealStateIndex.initial_states``, built from the ingested trajectories or any mapping
+  task_id -> state). A generated task (``Task.generated``) gets an initial state written by
+  the experience model's task-generation head, given the parent's real initial state as
+  reference; it is cached per task_id so all rollouts of a group start from the same state.
+  If that answer is malformed twice, the parent's initial state is used (counted in
+  ``n_init_fallback``); without a parent the episode starts finished (``info[MALFORMED]``).
+- step: the prompt is ``format.render_prompt`` of (task, last ``history_len`` steps, state,
+  action, k retrieved transitions); the answer ``<think>..</think><state>..</state>
+  <reward>r</reward>`` is parsed strictly. A malformed answer is resampled once (with the
+  ``resample`` backend, which samples at ``resample_temperature``); if the resample is also
+  malformed the episode ends as a failure (reward 0, terminated, ``info[MALFORMED]``).
+  Reward 1 terminates (success); ``max_steps`` truncates. Invalid actions get whatever the
+  model predicts (it was trained that they leave the state unchanged, reward 0).
+- admissible actions (``info[ADMISSIBLE]``): the model cannot enumerate them, so they are
+  looked up: the actions a REAL transition recorded at the same world state (the state text
+  without its ``Feedback:`` line, whitespace-normalised; the same task's record preferred),
+  else ``None`` (a state real data never visited). An exact lookup rather than the nearest
+  retrieved neighbour because a neighbour at a *similar* state offers actions on objects the
+  current state may not have; ``None`` tells the policy to propose actions freely.
+  ``info[VALID]`` is membership in that list when known, else True (unknown).
+- episode ids are internal until ``trajectories(iteration=..., checkpoint=...)`` stamps
+  them (namespace, iteration, checkpoint, policy, episode counter and a hash of the
+  episode's content), so co-evolution iterations never produce colliding transition ids;
+  only two identical episodes can share an id, which the buffer then stores once.
+- ``restart_finished()`` starts a new episode of the same task in each finished slot
+  (continuous rollouts for PPO, full batches for throughput); ``trajectories()`` returns
+  the finished episodes too.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+from components.config import Config, SyntheticEnvConfig
+from components.envs.base import ADMISSIBLE, FEEDBACK, LOST, VALID, WON
+from components.experience.dataset import PromptSettings, Retriever, settings_for
+from components.experience.format import (
+    SYSTEM_PROMPT,
+    MalformedOutputError,
+    Prediction,
+    StepContext,
+    parse_answer,
+    render_prompt,
+)
+from components.schema import Provenance, Task, Trajectory, Transition, stable_id
+
+Messages = list[dict[str, str]]
+GenerateFn = Callable[[list[Messages]], list[str]]
+
+# extra info keys of the synthetic env (the shared ones live in components/envs/base.py)
+REASONING = "reasoning"  # str | None: the experience model's reasoning for this step
+MALFORMED = "malformed"  # bool: the episode ended because the model's answer was malformed
+RESAMPLED = "resampled"  # bool: this step's answer needed the one resample
+SYNTHETIC = "synthetic"  # bool: always True here (real envs never set it)
+
+FEEDBACK_PREFIX = "Feedback:"  # the last line of a TextWorld abstract state
+EMPTY_ACTION = "(empty)"  # stands in for a blank action (records need a non-empty one)
+QUERY_POLICY = "query"  # provenance of the throwaway retrieval queries
+_WS = re.compile(r"\s+")
+
+
+class StepOutput(NamedTuple):
+    """One episode's step result; unpacks like the Gymnasium 5-tuple."""
+
+    observation: str
+    reward: int
+    terminated: bool
+    truncated: bool
+    info: dict[str, Any]
+
+
+def _norm(text: str) -> str:
+    return _WS.sub(" ", text).strip()
+
+
+def world_key(state: str) -> str:
+    """The state without its feedback line, whitespace-normalised (admissible-action key)."""
+    lines = [ln for ln in state.splitlines() if not ln.strip().startswith(FEEDBACK_PREFIX)]
+    return _norm("\n".join(lines))
+
+
+def feedback_of(state: str) -> str:
+    """The ``Feedback:`` line's text of a state, or the whole state when it has none."""
+    for ln in reversed(state.splitlines()):
+        if ln.strip().startswith(FEEDBACK_PREFIX):
+            return ln.strip()[len(FEEDBACK_PREFIX) :].strip()
+    return _norm(state)
+
+
+@dataclass(frozen=True)
+class RealStateIndex:
+    """What the synthetic env takes from real data: initial states and admissible actions."""
+
+    initial_states: Mapping[str, str] = field(default_factory=dict)  # task_id -> state
+    # (task_id, world key) and ("", world key) -> admissible actions of a real transition
+    admissible_by_state: Mapping[tuple[str, str], tuple[str, ...]] = field(default_factory=dict)
+
+    @classmethod
+    def from_trajectories(cls, trajectories: Iterable[Trajectory]) -> RealStateIndex:
+        """Index the real trajectories' initial states and admissible actions."""
+        initial: dict[str, str] = {}
+        admissible: dict[tuple[str, str], tuple[str, ...]] = {}
+        for traj in trajectories:
+            if traj.source != "real":
+                continue
+            initial.setdefault(traj.task_id, traj.initial_state)
+            for s in traj.steps:
+                if s.admissible_actions:
+                    key = world_key(s.state)
+                    acts = tuple(s.admissible_actions)
+                    admissible.setdefault((s.task_id, key), acts)
+                    admissible.setdefault(("", key), acts)
+        return cls(initial, admissible)
+
+    def initial_state(self, task_id: str) -> str | None:
+        """The real initial observation of a known task."""
+        return self.initial_states.get(task_id)
+
+    def admissible(self, task_id: str, state: str) -> list[str] | None:
+        """Admissible actions recorded at this world state (same task first), else None."""
+        key = world_key(state)
+        acts = self.admissible_by_state.get((task_id, key)) or self.admissible_by_state.get(
+            ("", key)
+        )
+        return list(acts) if acts else None
+
+
+@dataclass
+class _Episode:
+    """Mutable state of one slot."""
+
+    key: str  # internal episode id (retrieval exclusion, stamping)
+    task: Task
+    initial_state: str
+    state: str
+    steps: list[Transition] = field(default_factory=list)
+    reasoning: list[str | None] = field(default_factory=list)
+    admissible: list[str] | None = None
+    finished: bool = False
+    success: bool = False
+    truncated: bool = False
+    malformed: bool = False
+
+
+def generate_fns(
+    backend: Any, cfg: SyntheticEnvConfig, stop: Sequence[str] = ("</reward>",)
+) -> tuple[GenerateFn, GenerateFn]:
+    """(generate, resample) over a generation backend with the env's decoding settings.
+
+    ``backend`` is anything with the ``generate(prompts, *, max_new_tokens, temperature,
+    top_p, stop, batch_size, seed)`` method: ``components.lm.generate.Generator`` (local
+    transformers) or ``components.lm.openai_backend.OpenAIBackend`` (a vLLM server; build
+    it with ``on_failure="empty"`` so a failed request is a malformed answer, resampled
+    once, instead of an exception). ``resample`` samples at ``resample_temperature``.
+    """
+    calls = Counter[str]()
+
+    def make(temperature: float, name: str) -> GenerateFn:
+        def fn(prompts: list[Messages]) -> list[str]:
+            calls[name] += 1  # a new seed per call: sampled resamples differ across steps
+            return backend.generate(
+                prompts,
+                max_new_tokens=cfg.max_new_tokens,
+                temperature=temperature,
+                top_p=cfg.top_p,
+                stop=stop,
+                batch_size=cfg.gen_batch_size,
+                seed=cfg.seed + calls[name] if temperature > 0 else None,
+            )
+
+        return fn
+
+    return make(cfg.temperature, "generate"), make(cfg.resample_temperature, "resample")
+
+
+# the first name of ``generate_fns`` (components/stages/evaluation.py imports it)
+local_generate_fns = generate_fns
+
+
+def prompt_settings(cfg: Config, meta: Mapping[str, Any] | None = None) -> PromptSettings:
+    """The model's own prompt settings (from its meta) if known, else config + ablations."""
+    if meta is not None and "prompt" in meta:
+        return PromptSettings(**meta["prompt"])
+    ab = cfg.ablation
+    return settings_for(
+        cfg.synthetic.history_len,
+        cfg.synthetic.k,
+        no_history=ab.no_history,
+        no_replay=ab.no_replay,
+        no_reasoning=ab.no_reasoning,
+    )
+
+
+class VectorSyntheticEnv:
+    """Many synthetic episodes advanced together: one generate and one retrieval per step."""
+
+    def __init__(
+        self,
+        generate: GenerateFn,
+        index: RealStateIndex,
+        *,
+        cfg: SyntheticEnvConfig,
+        prompt: PromptSettings,
+        retriever: Retriever | None = None,
+        resample: GenerateFn | None = None,
+        env_name: str = "textworld",
+        namespace: str = "synthetic",
+    ) -> None:
+        if prompt.k > 0 and retriever is None:
+            raise ValueError("k > 0 needs a retriever (or use k = 0, the no-replay ablation)")
+        self.generate = generate
+        self.resample = resample or generate  # a sampling `generate` can resample itself
+        self.index = index
+        self.cfg = cfg
+        self.prompt = prompt
+        self.retriever = retriever
+        self.name = env_name
+        self.namespace = namespace
+        self.generated_states: dict[str, str] = {}  # task_id -> model-written initial state
+        self._episodes: list[_Episode] = []
+        self._archive: list[_Episode] = []  # finished episodes of restarted slots
+        self._started = 0  # episodes started by this env (part of every episode key)
+        self._seed: int | None = None
+        self._counts: Counter[str] = Counter()
+        self._seconds: Counter[str] = Counter()
+
+    @classmethod
+    def from_config(
+        cls,
+        cfg: Config,
+        backend: Any,
+        index: RealStateIndex,
+        *,
+        buffer: Any = None,
+        meta: Mapping[str, Any] | None = None,
+        namespace: str = "synthetic",
+    ) -> VectorSyntheticEnv:
+        """The env of a run: ``cfg.synthetic`` decoding, prompt settings, buffer retrieval.
+
+        ``meta`` (``sft.load_meta(model_dir)``) fixes the prompt to the one the model was
+        trained with; without it the prompt follows ``cfg.synthetic`` and the ablations.
+        """
+        from components.experience.dataset import buffer_retriever
+
+        prompt = prompt_settings(cfg, meta)
+        if prompt.k > 0 and buffer is None:
+            raise ValueError(f"k = {prompt.k} needs the replay buffer (or ablation.no_replay)")
+        generate, resample = generate_fns(backend, cfg.synthetic)
+        return cls(
+            generate,
+            index,
+            cfg=cfg.synthetic,
+            prompt=prompt,
+            retriever=buffer_retriever(buffer, env=cfg.env.name) if prompt.k > 0 else None,
+            resample=resample,
+            env_name=cfg.env.name,
+            namespace=namespace,
+        )
+
+    # ------------------------------------------------------------------ state
+
+    @property
+    def num_envs(self) -> int:
+        """Slots of the current batch."""
+        return len(self._episodes)
+
+    @property
+    def active(self) -> list[bool]:
+        """Per slot: the episode is still running."""
+        return [not e.finished for e in self._episodes]
+
+    @property
+    def done(self) -> bool:
+        """Every episode of the batch has finished."""
+        return all(e.finished for e in self._episodes)
+
+    @property
+    def episode_steps(self) -> list[int]:
+        """Per slot: steps taken so far in its current episode."""
+        return [len(e.steps) for e in self._episodes]
+
+    @property
+    def tasks(self) -> list[Task]:
+        """The task of each slot."""
+        return [e.task for e in self._episodes]
+
+    # ------------------------------------------------------------------ reset
+
+    def reset(
+        self, tasks: Sequence[Task], seed: int | None = None
+    ) -> list[tuple[str, dict[str, Any]]]:
+        """Start one episode per task (repeat a task for a group); returns (obs, info) each."""
+        if not tasks:
+            raise ValueError("reset needs at least one task")
+        self._seed = seed
+        self._archive = []
+        states = self._initial_states(tasks)
+        self._episodes = []
+        out = [self._start(task, state) for task, state in zip(tasks, states, strict=True)]
+        return out
+
+    def restart_finished(self) -> dict[int, tuple[str, dict[str, Any]]]:
+        """Start a new episode of the same task in every finished slot (keeps the batch full).
+
+        The finished episodes stay available to ``trajectories()``. For PPO-style continuous
+        rollouts and throughput measurements; GRPO groups simply run a batch to the end.
+        """
+        slots = [i for i, e in enumerate(self._episodes) if e.finished]
+        if not slots:
+            return {}
+        tasks = [self._episodes[i].task for i in slots]
+        states = self._initial_states(tasks)
+        out = {}
+        for i, task, state in zip(slots, tasks, states, strict=True):
+            self._archive.append(self._episodes[i])
+            out[i] = self._start(task, state, slot=i)
+        return out
+
+    def _start(
+        self, task: Task, state: str | None, slot: int | None = None
+    ) -> tuple[str, dict[str, Any]]:
+        self._started += 1
+        key = stable_id(self.namespace, self._seed, self._started, task.task_id)
+        ep = _Episode(key=key, task=task, initial_state=state or "", state=state or "")
+        if slot is None:
+            self._episodes.append(ep)
+        else:
+            self._episodes[slot] = ep
+        self._counts["episodes"] += 1
+        if state is None:  # generated task whose initial state could not be written
+            ep.finished = ep.malformed = True
+            self._counts["n_failed_init"] += 1
+            return "", self._info(ep, None, valid=True, malformed=True)
+        ep.admissible = self.index.admissible(task.task_id, state)
+        return state, self._info(ep, None, valid=True)
+
+    def _initial_states(self, tasks: Sequence[Task]) -> list[str | None]:
+        from components.experience.task_generation import initial_state_prompt, parse_state
+
+        states: list[str | None] = []
+        missing: dict[str, Task] = {}
+        for task in tasks:
+            state = self.index.initial_state(task.task_id) or self.generated_states.get(
+                task.task_id
+            )
+            if state is None and not task.generated:
+                raise KeyError(
+                    f"no real initial state for task {task.task_id!r}: index the ingested "
+                    "trajectories of its split or pass the state in initial_states"
+                )
+            if state is None:
+                missing.setdefault(task.task_id, task)
+            states.append(state)
+        if missing:
+            pending = list(missing.values())
+            prompts = [initial_state_prompt(t, self._parent_state(t), t.family) for t in pending]
+            written = self._generate_parsed(prompts, parse_state, "init")
+            for task, (state, _) in zip(pending, written, strict=True):
+                if state is None:
+                    state = self._parent_state(task)
+                    self._counts["n_init_fallback"] += state is not None
+                if state is not None:
+                    self.generated_states[task.task_id] = state
+            states = [
+                s if s is not None else self.generated_states.get(t.task_id)
+                for t, s in zip(tasks, states, strict=True)
+            ]
+        return states
+
+    def _parent_state(self, task: Task) -> str | None:
+        if task.parent_task_id is None:
+            return None
+        return self.index.initial_state(task.parent_task_id) or self.generated_states.get(
+            task.parent_task_id
+        )
+
+    # ------------------------------------------------------------------ step
+
+    def step(self, actions: Sequence[str | None]) -> list[StepOutput | None]:
+        """Advance every live episode by its action; finished slots return None."""
+        if len(actions) != len(self._episodes):
+            raise ValueError(f"{len(actions)} actions for {len(self._episodes)} episodes")
+        live = [i for i, e in enumerate(self._episodes) if not e.finished]
+        results: list[StepOutput | None] = [None] * len(self._episodes)
+        if not live:
+            return results
+        start = time.perf_counter()
+        acts = {i: _norm(actions[i] or "") or EMPTY_ACTION for i in live}
+        queries = [self._query(self._episodes[i], acts[i]) for i in live]
+        t0 = time.perf_counter()
+        retrieved = (
+            self.retriever(queries, self.prompt.k)
+            if self.prompt.k > 0 and self.retriever is not None
+            else [[] for _ in live]
+        )
+        self._seconds["retrieve"] += time.perf_counter() - t0
+        prompts = [
+            self._messages(self._episodes[i], acts[i], hits[: self.prompt.k])
+            for i, hits in zip(live, retrieved, strict=True)
+        ]
+
+        def parse(text: str) -> Prediction:
+            return parse_answer(text, with_reasoning=self.prompt.with_reasoning)
+
+        predictions = self._generate_parsed(prompts, parse, "step")
+        for i, (pred, resampled) in zip(live, predictions, strict=True):
+            results[i] = self._advance(self._episodes[i], acts[i], pred, resampled)
+        self._counts["steps"] += len(live)
+        self._counts["step_calls"] += 1
+        self._seconds["step"] += time.perf_counter() - start
+        return results
+
+    def _query(self, ep: _Episode, action: str) -> Transition:
+        # a throwaway record: retrieval embeds (task, state, action) and skips its episode
+        return Transition(
+            id=stable_id(ep.key, len(ep.steps), "query"),
+            task_id=ep.task.task_id,
+            env=self.name,
+            episode_id=ep.key,
+            step_index=len(ep.steps),
+            instruction=ep.task.instruction,
+            state=ep.state,
+            action=action,
+            next_state="",
+            reward=0,
+            done=False,
+            valid_action=True,
+            source="synthetic",
+            provenance=Provenance(policy=QUERY_POLICY),
+        )
+
+    def _messages(self, ep: _Episode, action: str, retrieved: Sequence[Transition]) -> Messages:
+        n = self.prompt.history_len
+        history = tuple((s.action, s.next_state) for s in ep.steps[-n:]) if n > 0 else ()
+        ctx = StepContext(
+            instruction=ep.task.instruction,
+            state=ep.state,
+            action=action,
+            history=history,
+            retrieved=tuple(retrieved),
+        )
+        return [
+            {"role": "system", "content": SYSTEM_PROMPT},
+            {"role": "user", "content": render_prompt(ctx)},
+        ]
+
+    def _generate_parsed(
+        self, prompts: list[Messages], parse: Callable[[str], Any], what: str
+    ) -> list[tuple[Any, bool]]:
+        """(parsed or None, resampled) per prompt: one batched resample of malformed answers."""
+        suffix = "" if what == "step" else f"_{what}"  # step counters keep the short names
+        t0 = time.perf_counter()
+        texts = self.generate(prompts)
+        self._seconds[f"generate_{what}"] += time.perf_counter() - t0
+        if len(texts) != len(prompts):
+            raise ValueError(f"generate returned {len(texts)} answers for {len(prompts)} prompts")
+        parsed = [self._try(parse, t, suffix) for t in texts]
+        bad = [j for j, p in enumerate(parsed) if p is None]
+        if bad:
+            self._counts[f"n_resampled{suffix}"] += len(bad)
+            t0 = time.perf_counter()
+            again = self.resample([prompts[j] for j in bad])
+            self._seconds[f"resample_{what}"] += time.perf_counter() - t0
+            for j, text in zip(bad, again, strict=True):
+                parsed[j] = self._try(parse, text, suffix)
+        resampled = set(bad)
+        return [(p, j in resampled) for j, p in enumerate(parsed)]
+
+    def _try(self, parse: Callable[[str], Any], text: str, suffix: str) -> Any:
+        try:
+            return parse(text)
+        except MalformedOutputError:
+            self._counts[f"n_malformed{suffix}"] += 1
+            return None
+
+    def _advance(
+        self, ep: _Episode, action: str, pred: Prediction | None, resampled: bool
+    ) -> StepOutput:
+        # commands are case-insensitive in the real envs (TextWorld lower-cases them)
+        valid = ep.admissible is None or action.lower() in {a.lower() for a in ep.admissible}
+        if pred is None:  # malformed twice: the episode fails, nothing is recorded
+            ep.finished = ep.malformed = True
+            self._counts["n_failed_malformed"] += 1
+            info = self._info(ep, None, valid=valid, malformed=True, resampled=resampled)
+            return StepOutput(ep.state, 0, True, False, info)
+        self._counts["n_repaired"] += resampled
+        terminated = pred.reward == 1
+        truncated = not terminated and len(ep.steps) + 1 >= self.cfg.max_steps
+        ep.steps.append(
+            Transition(
+                id=Transition.make_id(ep.key, len(ep.steps)),
+                task_id=ep.task.task_id,
+                env=self.name,
+                episode_id=ep.key,
+                step_index=len(ep.steps),
+                instruction=ep.task.instruction,
+                state=ep.state,
+                action=action,
+                next_state=pred.next_state,
+                reward=pred.reward,
+                done=terminated or truncated,
+                admissible_actions=ep.admissible,
+                valid_action=valid,
+                source="synthetic",
+                provenance=Provenance(policy=QUERY_POLICY),
+            )
+        )
+        ep.reasoning.append(pred.reasoning)
+        ep.state = pred.next_state
+        ep.admissible = self.index.admissible(ep.task.task_id, ep.state)
+        if terminated or truncated:
+            ep.finished = True
+            ep.success = terminated
+            ep.truncated = truncated
+            self._counts["successes"] += terminated
+        info = self._info(ep, pred.reasoning, valid=valid, resampled=resampled)
+        return StepOutput(pred.next_state, pred.reward, terminated, truncated, info)
+
+    def _info(
+        self,
+        ep: _Episode,
+        reasoning: str | None,
+        *,
+        valid: bool,
+        malformed: bool = False,
+        resampled: bool = False,
+    ) -> dict[str, Any]:
+        return {
+            ADMISSIBLE: None if ep.finished else ep.admissible,
+            VALID: valid,
+            WON: ep.success,
+            LOST: False,  # the experience model predicts success only, never a dead end
+            FEEDBACK: feedback_of(ep.state),
+            REASONING: reasoning,
+            MALFORMED: malformed,
+            RESAMPLED: resampled,
+            SYNTHETIC: True,
+        }
+
+    # ------------------------------------------------------------------ outputs
+
+    def trajectories(
+        self,
+        *,
+        policy: str,
+        iteration: int = 0,
+        checkpoint: str | None = None,
+        split: str = "train",
+        include_empty: bool = False,
+    ) -> list[Trajectory]:
+        """The batch's episodes (restarted ones first) as synthetic Trajectory records."""
+        out = []
+        for ep in [*self._archive, *self._episodes]:
+            if not ep.steps and not include_empty:
+                continue
+            # the content hash keeps ids distinct across env instances that share a namespace
+            content = stable_id(*(f"{t.action}\x1e{t.next_state}" for t in ep.steps))
+            episode_id = stable_id(self.namespace, iteration, checkpoint, policy, ep.key, content)
+            prov = Provenance(policy=policy, iteration=iteration, checkpoint=checkpoint)
+            steps = [
+                s.model_copy(
+                    update={
+                        "id": Transition.make_id(episode_id, s.step_index),
+                        "episode_id": episode_id,
+                        "provenance": prov,
+                    }
+                )
+                for s in ep.steps
+            ]
+            out.append(
+                Trajectory(
+                    episode_id=episode_id,
+                    task_id=ep.task.task_id,
+                    env=self.name,
+                    split=split,  # type: ignore[arg-type]
+                    source="synthetic",
+                    policy=policy,
+                    initial_state=ep.initial_state,
+                    steps=steps,
+                    success=ep.success,
+                    truncated=ep.truncated,
+                )
+            )
+        return out
+
+    def episode_reasoning(self) -> list[list[str | None]]:
+        """Per slot, the model's reasoning for each recorded step (for judging)."""
+        return [list(e.reasoning) for e in self._episodes]
+
+    def metrics(self, reset: bool = False) -> dict[str, float]:
+        """Counts (steps, malformed, resampled, failed) and seconds per phase since creation."""
+        out = {k: float(v) for k, v in self._counts.items()}
+        for key in ("n_malformed", "n_resampled", "n_failed_malformed", "n_repaired", "steps"):
+            out.setdefault(key, 0.0)
+        out.update({f"seconds_{k}": round(v, 4) for k, v in self._seconds.items()})
+        steps, seconds = out["steps"], self._seconds.get("step", 0.0)
+        out["steps_per_s"] = round(steps / seconds, 3) if seconds > 0 else 0.0
+        answers = steps + out["n_resampled"]  # every answer parsed, resamples included
+        out["malformed_rate"] = round(out["n_malformed"] / answers, 4) if answers else 0.0
+        if reset:
+            self._counts.clear()
+            self._seconds.clear()
+        return out
+
+
+class SyntheticEnv:
+    """One synthetic episode at a time behind the ``Env`` protocol (a one-slot vector env)."""
+
+    def __init__(self, generate: GenerateFn, index: RealStateIndex, **kwargs: Any) -> None:
+        self.vec = VectorSyntheticEnv(generate, index, **kwargs)
+        self.name = self.vec.name
+
+    def reset(self, task: Task, seed: int | None = None) -> tuple[str, dict[str, Any]]:
+        """Start an episode of ``task`` from its initial state."""
+        return self.vec.reset([task], seed=seed)[0]
+
+    def step(self, action: str) -> tuple[str, int, bool, bool, dict[str, Any]]:
+        """Ask the experience model for the next state and reward of ``action``."""
+        if not self.vec.num_envs or self.vec.done:
+            raise RuntimeError("the episode is over (or never started): call reset first")
+        out = self.vec.step([action])[0]
+        assert out is not None
+        return tuple(out)  # type: ignore[return-value]
+
+    def trajectory(self, *, policy: str, iteration: int = 0, checkpoint: str | None = None):
+        """The current episode as a synthetic Trajectory (None before the first step)."""
+        trajs = self.vec.trajectories(policy=policy, iteration=iteration, checkpoint=checkpoint)
+        return trajs[0] if trajs else None
+
+    def metrics(self) -> dict[str, float]:
+        """See ``VectorSyntheticEnv.metrics``."""
+        return self.vec.metrics()
+
+    def close(self) -> None:
+        """Nothing to release (the model belongs to the caller)."""

@@ -1,0 +1,297 @@
+"""Generation over an OpenAI-compatible server (vLLM serving the experience model or policy).
+
+The same interface as the local ``Generator``: ``generate(prompts, *, max_new_tokens,
+temperature, top_p, stop, batch_size, seed) -> list[str]`` in input order, each answer
+cut after its first stop string. Chat prompts go to ``/v1/chat/completions``, raw strings
+to ``/v1/completions``. Requests run concurrently (a thread pool; the server batches
+them) and are retried with the shared policy of ``components.lm.retry``: timeouts,
+dropped connections, unreadable bodies, 408/409/429 and 5xx with exponential backoff (429
+honours Retry-After); 401/403/404 stop the call at once; a 400/422 or exhausted retries
+raise ``GenerationError`` (or, with ``on_failure="empty"``, give an empty "error" answer
+that the caller's parser counts as malformed).
+
+Stop strings: OpenAI-style servers cut *before* the stop string and drop it. vLLM keeps it
+with ``include_stop_str_in_output`` (sent when ``vllm_extensions``) and names the matched
+string in ``stop_reason``, which is appended back when the server dropped it, so answers
+end in ``</reward>`` exactly like local ones. With a seed, prompt ``i`` is sent seed + i:
+the n rollouts of one task (the same prompt n times) must not be identical samples.
+
+The server URL and API key come from environment variables named in the config (or an
+explicit ``base_url``); the key is redacted from every message this module logs or raises.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import random
+import threading
+from collections.abc import Sequence
+from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from components.lm.generate import DEFAULT_STOP, Completion, FinishReason, Prompt, cut_at_stop
+from components.lm.retry import (
+    MAX_RETRY_AFTER_S,
+    Redactor,
+    backoff_s,
+    retry_after_s,
+    status_action,
+)
+
+log = logging.getLogger(__name__)
+
+EMPTY_KEY = "EMPTY"  # local servers (vLLM) accept any key
+MAX_STOP_STRINGS = 4  # the OpenAI API's limit; vLLM accepts more
+
+
+class GenerationError(RuntimeError):
+    """A generation request failed for good (message redacted)."""
+
+
+class OpenAIBackendConfig(BaseModel):
+    """Where the server is and how hard to try."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    model: str = Field(description="served model name (vLLM --served-model-name)")
+    base_url: str | None = Field(None, description="server URL; None: read base_url_env")
+    base_url_env: str = Field(
+        "DREAMGYM_OPENAI_BASE_URL", description="env var holding the server URL (.../v1)"
+    )
+    api_key_env: str = Field("OPENAI_API_KEY", description="env var holding the API key")
+    concurrency: int = Field(32, ge=1, description="requests in flight")
+    max_retries: int = Field(5, ge=0, description="retries on timeout/429/5xx/bad body")
+    timeout_s: float = Field(120.0, gt=0, description="per-request timeout")
+    backoff_base_s: float = Field(0.5, gt=0, description="first retry delay (doubles)")
+    backoff_max_s: float = Field(30.0, gt=0, description="cap on one retry delay")
+    vllm_extensions: bool = Field(
+        True, description="send vLLM-only fields (include_stop_str_in_output)"
+    )
+    on_failure: Literal["raise", "empty"] = Field(
+        "raise", description="a request that failed for good: raise, or an empty answer"
+    )
+
+
+class _BadBody(ValueError):
+    """A 200 response whose body is not a usable completion."""
+
+
+class _Fatal(Exception):
+    """Every request would fail the same way (configuration): stop the whole call."""
+
+
+class _Halted(Exception):
+    """This request gave up because another one failed for good."""
+
+
+class OpenAIBackend:
+    """``GenerationBackend`` over an OpenAI-compatible HTTP server."""
+
+    def __init__(self, cfg: OpenAIBackendConfig, *, rng: random.Random | None = None) -> None:
+        import openai
+
+        self.cfg = cfg
+        self.base_url = cfg.base_url or os.environ.get(cfg.base_url_env) or None
+        key = os.environ.get(cfg.api_key_env, "")
+        if not key:
+            if self.base_url is None:
+                raise GenerationError(
+                    f"no server: set {cfg.base_url_env} (or base_url) for a local server, "
+                    f"or the API key in {cfg.api_key_env}"
+                )
+            key = EMPTY_KEY
+        self._redact = Redactor(key)
+        self._errors = openai
+        self._rng = rng or random.Random()
+        self._rng_lock = threading.Lock()
+        self._client = openai.OpenAI(
+            api_key=key, base_url=self.base_url, timeout=cfg.timeout_s, max_retries=0
+        )
+
+    def __repr__(self) -> str:
+        return f"OpenAIBackend(model={self.cfg.model!r}, base_url={self.base_url!r})"
+
+    def close(self) -> None:
+        """Close the HTTP client."""
+        self._client.close()
+
+    def generate(
+        self,
+        prompts: Sequence[Prompt],
+        *,
+        max_new_tokens: int = 256,
+        temperature: float = 0.0,
+        top_p: float = 1.0,
+        stop: Sequence[str] = DEFAULT_STOP,
+        batch_size: int = 8,
+        seed: int | None = None,
+    ) -> list[str]:
+        """Completions for ``prompts`` in input order (``batch_size`` is the server's job)."""
+        done = self.complete(
+            prompts,
+            max_new_tokens=max_new_tokens,
+            temperature=temperature,
+            top_p=top_p,
+            stop=stop,
+            seed=seed,
+        )
+        return [c.text for c in done]
+
+    def complete(
+        self,
+        prompts: Sequence[Prompt],
+        *,
+        max_new_tokens: int = 256,
+        temperature: float = 0.0,
+        top_p: float = 1.0,
+        stop: Sequence[str] = DEFAULT_STOP,
+        seed: int | None = None,
+        **_: Any,
+    ) -> list[Completion]:
+        """Like ``generate`` with finish reasons and the server's completion token counts."""
+        if not prompts:
+            return []
+        stop = tuple(stop)
+        if len(stop) > MAX_STOP_STRINGS and not self.cfg.vllm_extensions:
+            raise ValueError(f"at most {MAX_STOP_STRINGS} stop strings on an OpenAI server")
+        params: dict[str, Any] = {
+            "model": self.cfg.model,
+            "max_tokens": max_new_tokens,
+            "temperature": temperature,
+            "top_p": top_p if temperature > 0 else 1.0,
+        }
+        if stop:
+            params["stop"] = list(stop)
+            if self.cfg.vllm_extensions:
+                params["extra_body"] = {"include_stop_str_in_output": True}
+        out: list[Completion | None] = [None] * len(prompts)
+        halt = threading.Event()
+        workers = max(1, min(self.cfg.concurrency, len(prompts)))
+        with ThreadPoolExecutor(max_workers=workers) as pool:
+            futures = {
+                pool.submit(
+                    self._one,
+                    p,
+                    {**params, **({"seed": seed + i} if seed is not None else {})},
+                    stop,
+                    halt,
+                ): i
+                for i, p in enumerate(prompts)
+            }
+            _, pending = wait(futures, return_when=FIRST_EXCEPTION)
+            if pending:  # a request failed for good: the others give up instead of sending
+                halt.set()
+                for fut in pending:
+                    fut.cancel()
+                wait(pending)
+        errors = [f.exception() for f in futures if not f.cancelled() and f.exception()]
+        if errors:  # report the cause, not the requests it stopped
+            cause = next((e for e in errors if not isinstance(e, _Halted)), errors[0])
+            raise GenerationError(str(cause)) from None
+        for fut, i in futures.items():
+            out[i] = fut.result()
+        return [c for c in out if c is not None]
+
+    # -- one request with retries ---------------------------------------------------------
+
+    def _one(
+        self, prompt: Prompt, params: dict[str, Any], stop: tuple[str, ...], halt: threading.Event
+    ) -> Completion:
+        cfg = self.cfg
+        error = "no attempt made"
+        for attempt in range(cfg.max_retries + 1):
+            if halt.is_set():
+                raise _Halted("stopped: another request failed")
+            delay: float | None = None
+            try:
+                return self._call(prompt, params, stop)
+            except self._errors.APITimeoutError:
+                error = f"timeout after {cfg.timeout_s}s"
+            except self._errors.APIConnectionError as e:
+                error = f"connection error: {self._redact(e)}"
+            except self._errors.APIStatusError as e:
+                code = e.status_code
+                error = f"HTTP {code}: {self._redact(e.message)}"
+                action = status_action(code)
+                if action == "fatal":
+                    halt.set()
+                    raise _Fatal(f"generation request refused, {error}") from None
+                if action == "fail":
+                    return self._failed(error)
+                after = retry_after_s(e.response.headers) if code == 429 else None
+                if after is not None:
+                    delay = min(after, MAX_RETRY_AFTER_S)
+            except _BadBody as e:
+                error = f"bad response body: {e}"
+            except self._errors.OpenAIError as e:  # anything else the client raises
+                return self._failed(f"{type(e).__name__}: {self._redact(e)}")
+            if attempt == cfg.max_retries:
+                break
+            if delay is None:
+                with self._rng_lock:
+                    delay = backoff_s(attempt, cfg.backoff_base_s, cfg.backoff_max_s, self._rng)
+            log.warning(
+                "generation request failed (%s); retry %d/%d in %.2fs",
+                error,
+                attempt + 1,
+                cfg.max_retries,
+                delay,
+            )
+            if halt.wait(delay):
+                raise _Halted("stopped: another request failed")
+        return self._failed(f"{error} (after {cfg.max_retries} retries)")
+
+    def _failed(self, error: str) -> Completion:
+        if self.cfg.on_failure == "raise":
+            raise GenerationError(self._redact(error))
+        log.warning("generation request failed for good: %s", self._redact(error))
+        return Completion("", (), (), "error", 0)
+
+    def _call(self, prompt: Prompt, params: dict[str, Any], stop: tuple[str, ...]) -> Completion:
+        """One HTTP attempt; the body is parsed here, strictly."""
+        if isinstance(prompt, str):
+            resp = self._client.completions.with_raw_response.create(prompt=prompt, **params)
+        else:
+            resp = self._client.chat.completions.with_raw_response.create(
+                messages=prompt,  # type: ignore[arg-type]
+                **params,
+            )
+        try:
+            body = resp.http_response.text
+        except Exception as e:  # a body that dies while being read
+            raise _BadBody(f"unreadable body: {type(e).__name__}") from None
+        text, finish, stop_reason, n_tokens = _parse(body)
+        dropped = isinstance(stop_reason, str) and stop_reason in stop and stop_reason not in text
+        if finish == "stop" and dropped:  # the server cut before the stop string: put it back
+            text += stop_reason
+        cut = cut_at_stop(text, stop)
+        reason: FinishReason
+        if any(s in cut for s in stop):
+            reason = "stop"
+        elif finish == "length":
+            reason = "length"
+        else:
+            reason = "eos"
+        return Completion(cut, (), (), reason, n_tokens)
+
+
+def _parse(body: str) -> tuple[str, str | None, Any, int]:
+    """(text, finish_reason, stop_reason, completion tokens) of a (chat) completion body."""
+    try:
+        data = json.loads(body)
+    except ValueError:
+        raise _BadBody(f"body is not JSON ({len(body)} bytes)") from None
+    try:
+        choice = data["choices"][0]
+        text = choice["message"]["content"] if "message" in choice else choice["text"]
+    except (KeyError, IndexError, TypeError):
+        raise _BadBody("body is JSON but not a completion") from None
+    if not isinstance(text, str):
+        raise _BadBody("completion has no text content")
+    usage = data.get("usage") if isinstance(data.get("usage"), dict) else {}
+    n_tokens = int(usage.get("completion_tokens") or 0)
+    return text, choice.get("finish_reason"), choice.get("stop_reason"), n_tokens

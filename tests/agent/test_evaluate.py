@@ -1,0 +1,180 @@
+"""Held-out evaluation (episodes, real steps, Wilson intervals), Table 1, and the stages."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from components.agent.evaluate import EpisodeRecord, EvalResult, held_out_tasks
+from components.agent.table1 import FIELDS, METHODS, build_table, markdown
+from components.evaluation.fidelity import wilson_interval
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _episode(task: str, seed: int, success: bool, steps: int = 3, malformed: int = 0):
+    return EpisodeRecord(task, seed, success, steps, malformed, malformed, not success)
+
+
+def test_summary_pools_seeds_with_a_wilson_interval():
+    episodes = [_episode(f"t{i}", 0, i < 3) for i in range(5)]
+    episodes += [_episode(f"t{i}", 1, i < 1, steps=4, malformed=2) for i in range(5)]
+    s = EvalResult(episodes, seeds=(0, 1), seeds_requested=(0, 1), seconds=1.0).summary()
+    assert s["episodes"] == 10 and s["successes"] == 4 and s["success"] == pytest.approx(0.4)
+    assert (s["ci_low"], s["ci_high"]) == pytest.approx(wilson_interval(4, 10))
+    assert s["ci_low"] < 0.4 < s["ci_high"]
+    assert s["per_seed"] == {
+        "0": {"episodes": 5, "successes": 3, "success": 0.6},
+        "1": {"episodes": 5, "successes": 1, "success": 0.2},
+    }
+    assert s["seeds"] == 2 and s["tasks"] == 5
+    assert s["eval_real_steps"] == 5 * 3 + 5 * 4
+    assert s["malformed"] == 10 and s["malformed_rate"] == pytest.approx(10 / 35)
+
+
+@pytest.mark.integration
+def test_held_out_tasks_are_the_test_split(agent_tw_suite):
+    tasks = held_out_tasks(agent_tw_suite.tasks)
+    assert tasks and {t.split for t in tasks} == {"test"}
+
+
+def _evaluation(method: str, success: float = 0.5, env: str = "textworld", **extra):
+    low, high = wilson_interval(round(success * 8), 8)
+    return {
+        "env": env,
+        "method": method,
+        "success": success,
+        "ci_low": low,
+        "ci_high": high,
+        "episodes": 8,
+        "seeds": 1,
+        "eval_real_steps": 100,
+        **extra,
+    }
+
+
+def test_table1_marks_methods_not_evaluated_and_keeps_the_fields():
+    table = build_table(
+        [
+            _evaluation("sft", 0.25, real_steps=0),
+            _evaluation("grpo_real", 0.5, real_steps=4000),
+            _evaluation("dpo", 0.375),  # its training did not record real steps
+            _evaluation("expert", 1.0),  # not a Table-1 method: left out
+        ]
+    )
+    rows = table["textworld"]
+    assert list(rows) == list(METHODS)
+    assert rows["sft"] == {k: _evaluation("sft", 0.25, real_steps=0)[k] for k in FIELDS}
+    assert rows["grpo_real"]["real_steps"] == 4000 and rows["dpo"]["real_steps"] is None
+    assert [m for m, r in rows.items() if r is None] == [
+        "ppo_real",
+        "dreamgym_grpo",
+        "dreamgym_ppo",
+        "s2r_grpo",
+        "s2r_ppo",
+    ]
+    text = markdown(table)
+    assert "| SFT | 25.0 (" in text and "| 8 | 1 | 0 |" in text
+    assert "| DreamGym GRPO | not evaluated |" in text and "4,000" in text
+    with pytest.raises(ValueError, match="two evaluations"):
+        build_table([_evaluation("sft"), _evaluation("sft")])
+    with pytest.raises(ValueError, match="lacks"):
+        build_table([{"env": "textworld", "method": "sft", "success": 0.5}])
+    assert build_table([]) == {} and "No policy" in markdown({})
+
+
+@pytest.mark.integration
+def test_untrained_policy_uses_exactly_max_steps_per_episode(agent_tw_suite):
+    """A random tiny model answers malformed text: every step is one counted real step."""
+    import torch
+
+    from components.agent.evaluate import TransformersPolicy, evaluate
+    from components.agent.policy import PolicySettings
+    from components.envs.textworld_env import TextWorldEnv
+    from components.lm.models import build_tiny_model
+    from components.lm.tokenizer import train_tokenizer
+
+    torch.set_num_threads(1)
+    tasks = agent_tw_suite.tasks[:3]
+    max_steps = 4
+    tokenizer = train_tokenizer([t.instruction for t in tasks] * 20, vocab_size=300)
+    model = build_tiny_model("nano", tokenizer)
+    policy = TransformersPolicy(model, tokenizer, PolicySettings(), max_new_tokens=8)
+
+    def make_env():
+        return TextWorldEnv(max_steps=max_steps, root=agent_tw_suite.root)
+
+    result = evaluate(policy, tasks, make_env, seeds=(0, 1, 2), greedy=True, parallel=2)
+    s = result.summary()
+    assert result.seeds == (0,) and s["seeds_requested"] == 3  # greedy: seeds would repeat
+    assert s["episodes"] == 3 and s["successes"] == 0 and s["truncated"] == 3
+    assert s["eval_real_steps"] == 3 * max_steps == s["malformed"] == s["invalid_actions"]
+    assert (s["ci_low"], s["ci_high"]) == pytest.approx(wilson_interval(0, 3))
+    assert [e.task_id for e in result.episodes] == [t.task_id for t in tasks]
+    assert all(set(e.actions) == {"noop"} for e in result.episodes)
+
+    sampled = evaluate(policy, tasks[:1], make_env, seeds=(0, 1), greedy=False, parallel=2)
+    assert sampled.seeds == (0, 1) and sampled.summary()["eval_real_steps"] == 2 * max_steps
+
+
+@pytest.mark.integration
+def test_stages_train_evaluate_and_tabulate_the_baselines(agent_tw_suite, tmp_path):
+    """SFT -> DPO -> held-out evaluation -> Table 1 on real TextWorld data, tiny models."""
+    import shutil
+
+    import mlflow
+    import torch
+
+    from components.config import Paths, load_config
+    from components.data.collect import collect
+    from components.schema import Trajectory, read_jsonl, write_jsonl
+    from components.stages.agent import (
+        REGISTERED_MODEL,
+        build_table1,
+        evaluate_policy,
+        policy_dir,
+        train_dpo_baseline,
+        train_sft_baseline,
+    )
+
+    torch.set_num_threads(1)
+    suite = agent_tw_suite
+    cfg = load_config(ROOT / "params.yaml", profile="ci")
+    cfg = cfg.model_copy(update={"env": suite.cfg.env, "collect": suite.cfg.collect})
+    paths = Paths(tmp_path)
+    shutil.copytree(suite.tasks_dir, paths.tasks)
+    collect(cfg, suite.tasks, paths.raw, suite.root, progress=False)
+    trajectories = [t for f in sorted(paths.raw.glob("*.jsonl")) for t in read_jsonl(f, Trajectory)]
+    assert {t.split for t in trajectories} == {"train", "validation"}  # never test
+    write_jsonl(paths.trajectories_file, trajectories)
+
+    sft = train_sft_baseline(cfg, paths)
+    assert sft["train_steps"] == cfg.agent.sft.max_steps and sft["real_steps"] == 0
+    assert (policy_dir(paths, "sft") / "policy_settings.json").exists()
+    dpo = train_dpo_baseline(cfg, paths)
+    assert dpo["train_steps"] == cfg.agent.dpo.max_steps and dpo["data_pairs"] > 0
+
+    n_test = len(held_out_tasks(suite.tasks))
+    for method in ("sft", "dpo"):
+        summary = evaluate_policy(cfg, paths, method)
+        assert summary["episodes"] == n_test and summary["split"] == "test"
+        assert summary["real_steps"] == 0
+        assert 0 < summary["eval_real_steps"] <= n_test * cfg.env.max_steps
+        saved = json.loads((paths.metrics / "eval" / f"{method}.json").read_text())
+        assert saved["eval_real_steps"] == summary["eval_real_steps"]
+
+    table = build_table1(cfg, paths)["table"]
+    on_disk = json.loads((paths.metrics / "table1.json").read_text())
+    assert on_disk == table and set(on_disk) == {"textworld"}
+    assert on_disk["textworld"]["sft"]["episodes"] == n_test
+    assert on_disk["textworld"]["grpo_real"] is None
+    assert "| DPO |" in (paths.metrics / "table1.md").read_text()
+
+    client = mlflow.MlflowClient()
+    sft_version = client.get_model_version_by_alias(REGISTERED_MODEL, "sft")
+    dpo_version = client.get_model_version_by_alias(REGISTERED_MODEL, "dpo")
+    candidate = client.get_model_version_by_alias(REGISTERED_MODEL, "candidate")
+    assert candidate.version == dpo_version.version != sft_version.version
+    assert sft_version.tags["eval.episodes"] == str(n_test)
