@@ -90,6 +90,8 @@ def parse_answer(text: str, with_reasoning: bool = True) -> Decision:
     action = _WS.sub(" ", groups["action"]).strip()
     if not action:
         raise MalformedActionError("empty <action>")
+    if not action.isprintable():
+        raise MalformedActionError("non-printable character in <action>")
     if len(action) > MAX_ACTION_CHARS:
         raise MalformedActionError(f"action longer than {MAX_ACTION_CHARS} characters")
     for name in ("think", "action"):

@@ -290,7 +290,9 @@ def collect_rollouts(
     """Run one episode per task to the end, all slots advanced together.
 
     ``max_turns`` is a safety cap on top of the env's own step limit (the episode is then
-    marked truncated); normally the env truncates first.
+    marked truncated); normally the env truncates first. A slot cut this way gets ``None``
+    actions while others run: EnvList skips it, VectorSyntheticEnv (today) still steps it
+    with an empty action, so prefer the env's own ``max_steps``.
     """
     start = time.perf_counter()
     steps_before = real_steps_of(venv)

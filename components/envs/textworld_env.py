@@ -190,7 +190,8 @@ class TextWorldEnv:
     ) -> tuple[str, int, bool, bool, dict[str, Any]]:
         if self._task is None or self._done:
             raise RuntimeError("step() called before reset() or after the episode ended")
-        command = _collapse(action)
+        # control characters can crash the Z-machine interpreter (segfault on "go\x13")
+        command = _collapse("".join(ch if ch.isprintable() else " " for ch in action))
         valid = normalize_command(command) in {normalize_command(a) for a in self._admissible}
         if not valid and _CHAINED.search(command):
             # Inform7 would run "go east. take key" as two commands in one step; refuse it
