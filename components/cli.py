@@ -172,6 +172,115 @@ def evaluate_fidelity(
     _run(stages.evaluate_fidelity, params, profile, root)
 
 
+AlgoOpt = Annotated[str, typer.Option("--algo", help="RL algorithm: grpo or ppo")]
+
+
+def _algo(algo: str) -> str:
+    from components.stages.rl import ALGOS
+
+    if algo not in ALGOS:
+        raise typer.BadParameter(f"{algo!r} is not one of {', '.join(ALGOS)}", param_hint="--algo")
+    return algo
+
+
+@app.command("train-sft")
+def train_sft(
+    params: ParamsOpt = Path(PARAMS_FILE), profile: ProfileOpt = None, root: RootOpt = Path(".")
+) -> None:
+    """SFT baseline: clone successful train-split trajectories -> models/policy/sft."""
+    from components.stages import agent as stages
+
+    _run(stages.train_sft_baseline, params, profile, root)
+
+
+@app.command("train-dpo")
+def train_dpo(
+    params: ParamsOpt = Path(PARAMS_FILE), profile: ProfileOpt = None, root: RootOpt = Path(".")
+) -> None:
+    """DPO baseline from the SFT policy on offline preference pairs -> models/policy/dpo."""
+    from components.stages import agent as stages
+
+    _run(stages.train_dpo_baseline, params, profile, root)
+
+
+@app.command("train-rl-real")
+def train_rl_real(
+    algo: AlgoOpt = "grpo",
+    params: ParamsOpt = Path(PARAMS_FILE),
+    profile: ProfileOpt = None,
+    root: RootOpt = Path("."),
+) -> None:
+    """RL (GRPO/PPO) from the SFT policy in the real env -> models/policy/<algo>_real."""
+    from functools import partial
+
+    from components.stages import rl as stages
+
+    _run(partial(stages.train_rl_real, algo=_algo(algo)), params, profile, root)
+
+
+@app.command("train-dreamgym")
+def train_dreamgym(
+    algo: AlgoOpt = "grpo",
+    params: ParamsOpt = Path(PARAMS_FILE),
+    profile: ProfileOpt = None,
+    root: RootOpt = Path("."),
+) -> None:
+    """DreamGym: RL in the synthetic env only (0 real steps) -> models/policy/dreamgym_<algo>."""
+    from functools import partial
+
+    from components.stages import rl as stages
+
+    _run(partial(stages.train_dreamgym, algo=_algo(algo)), params, profile, root)
+
+
+@app.command("train-s2r")
+def train_s2r(
+    algo: AlgoOpt = "grpo",
+    params: ParamsOpt = Path(PARAMS_FILE),
+    profile: ProfileOpt = None,
+    root: RootOpt = Path("."),
+) -> None:
+    """Sim-to-real: DreamGym policy in the real env, real steps capped -> s2r_<algo>."""
+    from functools import partial
+
+    from components.stages import rl as stages
+
+    _run(partial(stages.train_s2r, algo=_algo(algo)), params, profile, root)
+
+
+@app.command("evaluate-policy")
+def evaluate_policy(
+    method: Annotated[
+        str,
+        typer.Argument(
+            help="sft, dpo, grpo_real, ppo_real, dreamgym_grpo, dreamgym_ppo, s2r_grpo, s2r_ppo"
+        ),
+    ],
+    params: ParamsOpt = Path(PARAMS_FILE),
+    profile: ProfileOpt = None,
+    root: RootOpt = Path("."),
+) -> None:
+    """Success of models/policy/METHOD on the held-out real test tasks -> metrics/eval/."""
+    from functools import partial
+
+    from components.agent.table1 import METHODS
+    from components.stages import agent as stages
+
+    if method not in METHODS:
+        raise typer.BadParameter(f"{method!r} is not one of {', '.join(METHODS)}")
+    _run(partial(stages.evaluate_policy, method=method), params, profile, root)
+
+
+@app.command("table1")
+def table1(
+    params: ParamsOpt = Path(PARAMS_FILE), profile: ProfileOpt = None, root: RootOpt = Path(".")
+) -> None:
+    """Table 1 (success and real steps per method) -> metrics/table1.json and table1.md."""
+    from components.stages import agent as stages
+
+    _run(stages.build_table1, params, profile, root)
+
+
 @app.command("config")
 def show_config(
     params: ParamsOpt = Path(PARAMS_FILE), profile: ProfileOpt = None, root: RootOpt = Path(".")

@@ -255,6 +255,11 @@ class ExperienceConfig(_Section):
     )
     vocab_size: int = Field(4096, ge=300, description="BPE vocabulary trained for model=tiny")
     history_len: int = Field(2, ge=0, description="previous steps in the prompt (0 = none)")
+    state_target: Literal["full", "delta"] = Field(
+        "full",
+        description="what <state> holds: the whole next state, or only its changed "
+        "'Key: value' lines (decoded exactly against the current state)",
+    )
     max_length: int = Field(
         2048, ge=64, description="max prompt+answer tokens; longer examples are dropped"
     )
@@ -312,6 +317,35 @@ class SyntheticEnvConfig(_Section):
     max_new_tokens: int = Field(224, ge=8, description="generation cap per answer")
     gen_batch_size: int = Field(32, ge=1, description="prompts per forward batch")
     seed: int = Field(0, description="sampling seed")
+
+
+SERVING_BACKENDS = ("local", "openai")
+
+
+class ServingConfig(_Section):
+    """Where the experience model answers from: in-process transformers or a served model."""
+
+    backend: Literal["local", "openai"] = Field(
+        "local",
+        description="local: load experience_model with transformers in this process; "
+        "openai: an OpenAI-compatible server (e.g. vLLM) serving it",
+    )
+    experience_model: str = Field(
+        "models/experience/full",
+        description="local: model directory (relative to the project root); "
+        "openai: the served model name (vLLM --served-model-name)",
+    )
+    base_url_env: str = Field(
+        "DREAMGYM_OPENAI_BASE_URL",
+        description="openai: env var holding the server URL, e.g. http://127.0.0.1:8000/v1",
+    )
+    api_key_env: str = Field(
+        "DREAMGYM_OPENAI_API_KEY",
+        description="openai: env var holding the server's key (unset: 'EMPTY', vLLM's default)",
+    )
+    concurrency: int = Field(32, ge=1, description="openai: requests in flight")
+    max_retries: int = Field(5, ge=0, description="openai: retries on timeout/429/5xx/bad body")
+    timeout_s: float = Field(120.0, gt=0, description="openai: per-request timeout")
 
 
 class CurriculumConfig(_Section):
@@ -497,6 +531,12 @@ class RLConfig(_Section):
 
     grpo: GRPOConfig = GRPOConfig()
     ppo: PPOConfig = PPOConfig()
+    s2r_real_fraction: float = Field(
+        0.1,
+        ge=0,
+        le=1,
+        description="sim-to-real cap: this share of the real steps the real-env run used",
+    )
 
 
 class JudgeConfig(_Section):
@@ -609,6 +649,7 @@ class Config(_Section):
     teacher: TeacherConfig = TeacherConfig()
     experience: ExperienceConfig = ExperienceConfig()
     synthetic: SyntheticEnvConfig = SyntheticEnvConfig()
+    serving: ServingConfig = ServingConfig()
     curriculum: CurriculumConfig = CurriculumConfig()
     agent: AgentConfig = AgentConfig()
     rl: RLConfig = RLConfig()

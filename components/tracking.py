@@ -2,8 +2,9 @@
 
 Tracking uses a SQLite backend (``mlflow.db``) with artifacts under ``mlruns/``, one
 experiment per stage family (``dreamgym-data``, ``dreamgym-buffer`` ...). A stage run is
-nested under a pipeline run when ``DREAMGYM_PARENT_RUN_ID`` is set (the Prefect flow
-sets it). Every run records the git commit and the DVC md5 of the data it read.
+nested under a pipeline run, in the pipeline's experiment (``dreamgym-pipeline``), when
+``DREAMGYM_PARENT_RUN_ID`` is set (the Prefect flow sets it). Every run records the git
+commit and the DVC md5 of the data it read.
 """
 
 from __future__ import annotations
@@ -170,6 +171,13 @@ def experiment_id(root: Path, family: str) -> str:
     return mlflow.create_experiment(name, artifact_location=location)
 
 
+def parent_experiment_id(parent_run_id: str) -> str:
+    """The experiment of a (pipeline) parent run."""
+    from mlflow import MlflowClient
+
+    return MlflowClient().get_run(parent_run_id).info.experiment_id
+
+
 @contextmanager
 def stage_run(
     stage: str,
@@ -183,17 +191,20 @@ def stage_run(
     import mlflow
 
     configure(root)
-    exp_id = experiment_id(root, family)
+    parent = os.environ.get(PARENT_RUN_ENV) or None
+    # under a pipeline run the stage joins the parent's experiment: the MLflow UI nests
+    # child runs only within one experiment; alone it goes to dreamgym-<family>
+    exp_id = parent_experiment_id(parent) if parent else experiment_id(root, family)
     sha, dirty = git_commit(root)
     tags: dict[str, str] = {
         "stage": stage,
+        "family": family,
         "profile": cfg.profile,
         "mlflow.source.git.commit": sha,
         "git.dirty": str(dirty).lower(),
     }
     for name, path in (data or {}).items():
         tags[f"dvc.md5.{name}"] = dvc_md5(path) if path.exists() else "missing"
-    parent = os.environ.get(PARENT_RUN_ENV) or None
     with mlflow.start_run(
         experiment_id=exp_id,
         run_name=stage,

@@ -10,11 +10,19 @@ components/evaluation/promotion.py).
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from prefect import flow, get_run_logger
 
 from components.tracking import pipeline_run
 from flows.stages import family_stages, run_stages, stage_order
+
+if TYPE_CHECKING:
+    from components.evaluation.promotion import Decision
+
+# the nightly refresh: fresh real data, buffer, annotation, experience model and fidelity
+NIGHTLY_FAMILIES = ("data", "experience")
+FIDELITY_STAGE = "evaluate_fidelity"  # writes the held-out metric the promotion rule reads
 
 
 def _run(name: str, root: str, stages: list[str], force: bool) -> list[str]:
@@ -29,9 +37,18 @@ def _run(name: str, root: str, stages: list[str], force: bool) -> list[str]:
 
 
 @flow(name="pipeline", log_prints=True)
-def pipeline(root: str = ".", stages: list[str] | None = None, force: bool = False) -> list[str]:
-    """Run the given DVC stages (default: all) in order; returns the stages run."""
-    return _run("pipeline", root, stages or stage_order(Path(root).resolve()), force)
+def pipeline(
+    root: str = ".", stages: list[str] | None = None, force: bool = False, promote: bool = True
+) -> list[str]:
+    """Run the given DVC stages (default: all) in order; returns the stages run.
+
+    With ``promote``, a run that evaluated the experience model's fidelity applies the
+    promotion rule to ``experience-model@candidate`` afterwards.
+    """
+    ran = _run("pipeline", root, stages or stage_order(Path(root).resolve()), force)
+    if promote and FIDELITY_STAGE in ran:
+        promote_experience_model(Path(root).resolve())
+    return ran
 
 
 @flow(name="data")
@@ -61,24 +78,25 @@ def evaluation_flow(root: str = ".", force: bool = False) -> list[str]:
 @flow(name="nightly-refresh", log_prints=True)
 def nightly_refresh(root: str = ".") -> dict[str, object]:
     """Fresh data -> buffer -> experience model -> fidelity -> promote if better."""
+    root_path = Path(root).resolve()
+    stages = [s for family in NIGHTLY_FAMILIES for s in family_stages(root_path, family)]
+    _run("nightly-refresh", root, stages, force=False)
+    decision = promote_experience_model(root_path)
+    return {"stages": stages, "promoted": decision.promote, "reason": decision.reason}
+
+
+def promote_experience_model(root: Path) -> Decision:
+    """Apply the promotion rule to ``experience-model@candidate`` (after its fidelity)."""
     from components.config import load_config
     from components.evaluation.promotion import apply_promotion
     from components.stages.experience import REGISTERED_MODEL
 
-    root_path = Path(root).resolve()
-    stages = [
-        s
-        for s in stage_order(root_path)
-        if s in {"collect", "ingest", "build_buffer", "annotate"}
-        or s in {"train_experience_model", "evaluate_fidelity"}
-    ]
-    _run("nightly-refresh", root, stages, force=False)
-    cfg = load_config(root_path / "params.yaml")
+    cfg = load_config(root / "params.yaml")
     decision = apply_promotion(
-        root_path, REGISTERED_MODEL, cfg.promotion.experience_metric, cfg.promotion.margin
+        root, REGISTERED_MODEL, cfg.promotion.experience_metric, cfg.promotion.margin
     )
-    get_run_logger().info("promotion: %s", decision)
-    return {"promoted": decision.promote, "reason": decision.reason}
+    get_run_logger().info("promotion of %s: %s", REGISTERED_MODEL, decision)
+    return decision
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""Prefect tasks over DVC stages, and which family each stage belongs to.
+"""Prefect tasks over DVC stages, which family each stage belongs to, and their order.
 
 Each stage runs as ``dvc repro <stage>``, so DVC decides what is stale and a rerun with
 nothing changed does nothing. Stages that talk to external processes (simulators, APIs)
@@ -11,7 +11,10 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
+from collections.abc import Iterable, Mapping
 from pathlib import Path
+from typing import Any
 
 import yaml
 from prefect import get_run_logger, task
@@ -19,6 +22,7 @@ from prefect import get_run_logger, task
 from components.tracking import PARENT_RUN_ENV
 
 ACCELERATOR_TAG = "accelerator"
+DVC_FILE = "dvc.yaml"
 # stages that talk to simulators or APIs: transient failures are worth a retry
 IO_STAGES = frozenset({"generate_tasks", "collect", "annotate", "judge"})
 # every dvc.yaml stage belongs to exactly one family (a test checks it)
@@ -26,8 +30,8 @@ FAMILIES: dict[str, tuple[str, ...]] = {
     "data": ("generate_tasks", "collect", "ingest", "build_buffer", "annotate"),
     "experience": ("train_experience_model", "evaluate_fidelity"),
     "agent": (
-        "train_sft_policy",
-        "train_dpo_policy",
+        "train_sft",
+        "train_dpo",
         "train_rl_real",
         "train_dreamgym",
         "train_s2r",
@@ -35,12 +39,64 @@ FAMILIES: dict[str, tuple[str, ...]] = {
     ),
     "evaluation": ("table1", "judge", "drift", "report"),
 }
+_PRODUCED = ("outs", "metrics", "plots")
+
+
+def _paths(entries: Iterable[Any] | None, item: Any) -> list[str]:
+    """Paths of a deps/outs list (plain strings or ``{path: options}``), ``${item}`` filled."""
+    out = []
+    for entry in entries or ():
+        for path in entry if isinstance(entry, Mapping) else (entry,):
+            text = str(path)
+            if item is not None:
+                text = text.replace("${item}", str(item))
+            out.append(text.rstrip("/"))
+    return out
+
+
+def _stage_io(stage: Mapping[str, Any]) -> tuple[set[str], set[str]]:
+    """(deps, produced paths) of one stage, foreach items expanded."""
+    body = stage.get("do", stage)
+    items = stage.get("foreach")
+    items = list(items) if isinstance(items, list | Mapping) else [None]
+    deps: set[str] = set()
+    made: set[str] = set()
+    for item in items:
+        deps.update(_paths(body.get("deps"), item))
+        for key in _PRODUCED:
+            made.update(_paths(body.get(key), item))
+    return deps, made
+
+
+def _overlaps(dep: str, out: str) -> bool:
+    # DVC links a dep to an out when either path contains the other
+    return dep == out or dep.startswith(out + "/") or out.startswith(dep + "/")
 
 
 def stage_order(root: Path) -> list[str]:
-    """Stage names in dvc.yaml order (written topologically)."""
-    spec = yaml.safe_load((root / "dvc.yaml").read_text(encoding="utf-8"))
-    return list(spec["stages"])
+    """dvc.yaml stages in dependency order (upstream first; dvc.yaml order where free)."""
+    spec = yaml.safe_load((root / DVC_FILE).read_text(encoding="utf-8"))
+    stages: dict[str, Any] = spec.get("stages") or {}
+    io = {name: _stage_io(stage) for name, stage in stages.items()}
+    upstream = {
+        name: {
+            other
+            for other, (_, made) in io.items()
+            if other != name and any(_overlaps(d, o) for d in deps for o in made)
+        }
+        for name, (deps, _) in io.items()
+    }
+    order: list[str] = []
+    while len(order) < len(stages):
+        ready = next(
+            (s for s in stages if s not in order and upstream[s] <= set(order)),
+            None,
+        )
+        if ready is None:
+            left = sorted(set(stages) - set(order))
+            raise ValueError(f"dependency cycle among dvc.yaml stages {left}")
+        order.append(ready)
+    return order
 
 
 def family_stages(root: Path, family: str) -> list[str]:
@@ -50,21 +106,41 @@ def family_stages(root: Path, family: str) -> list[str]:
     return [s for s in stage_order(root) if s in FAMILIES[family]]
 
 
-def _repro(stage: str, root: str, parent_run_id: str | None, force: bool = False) -> None:
-    logger = get_run_logger()
+def repro_command(stage: str, force: bool) -> list[str]:
+    """The ``dvc repro`` call of one stage (forced: only that stage, upstream untouched)."""
+    # the interpreter running the flow, not whatever `dvc` is on a worker's PATH
+    extra = ["--force", "--single-item"] if force else []
+    return [sys.executable, "-m", "dvc", "repro", *extra, stage]
+
+
+def stage_env(parent_run_id: str | None) -> dict[str, str]:
+    """The stage's environment: the venv's scripts first on PATH, the MLflow parent run."""
     env = dict(os.environ)
+    # DVC stages call `dreamgym`: a worker started without the venv activated must find it
+    bin_dir = str(Path(sys.executable).parent)
+    env["PATH"] = os.pathsep.join([bin_dir, env.get("PATH", "")])
     if parent_run_id:
         env[PARENT_RUN_ENV] = parent_run_id
-    cmd = ["dvc", "repro", stage] + (["--force", "--single-item"] if force else [])
-    logger.info("$ %s", " ".join(cmd))
+    return env
+
+
+def _repro(stage: str, root: str, parent_run_id: str | None, force: bool = False) -> None:
+    logger = get_run_logger()
+    cmd = repro_command(stage, force)
+    logger.info("$ %s", " ".join(cmd[2:]))
     proc = subprocess.Popen(
-        cmd, cwd=root, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        cmd,
+        cwd=root,
+        env=stage_env(parent_run_id),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
     )
     assert proc.stdout is not None
     for line in proc.stdout:
         logger.info(line.rstrip())
     if proc.wait() != 0:
-        raise RuntimeError(f"`{' '.join(cmd)}` failed with exit code {proc.returncode}")
+        raise RuntimeError(f"`dvc repro {stage}` failed with exit code {proc.returncode}")
 
 
 repro_io_stage = task(

@@ -1,7 +1,8 @@
 """The agent's policy as a causal LM: sample answers for observations, score completions.
 
 ``PolicyModel.act`` renders each Observation with the policy prompt (policy.py), samples
-an answer with left-padded batched generation that stops at ``</action>`` (or eos, or
+an answer with the fast batched ``Generator`` (components/lm/generate.py: KV-cache decode
+loop on CPU, static cache + torch.compile on CUDA) that stops at ``</action>`` (or eos, or
 ``max_new_tokens``), parses it strictly and returns, per decision, the prompt token ids,
 the completion token ids and their log-probabilities. ``sequence_logprobs`` scores given
 completions under the current weights (with gradients when enabled): the RL losses use it.
@@ -35,6 +36,8 @@ from components.agent.policy import (
 
 if TYPE_CHECKING:
     import torch
+
+    from components.lm.generate import Generator
 
 MALFORMED_ACTION = "noop"  # what the env receives for a malformed answer (an unknown verb)
 SETTINGS_FILE = "policy_settings.json"
@@ -86,11 +89,12 @@ class PolicyModel:
         self.gen_batch_size = gen_batch_size
         self.score_batch_size = score_batch_size
         if tokenizer.padding_side != "left":
-            tokenizer.padding_side = "left"  # generation pads on the left
+            tokenizer.padding_side = "left"  # batched prompts are left-padded
         self.pad_id = (
             tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
         )
         self.stop_id = _single_token_id(tokenizer, ACTION_STOP)
+        self._generator: Generator | None = None
 
     # -- construction and saving -----------------------------------------------------------
 
@@ -244,93 +248,31 @@ class PolicyModel:
         """Completion ids per prompt, cut after ``</action>`` or eos (both kept), and their
         log-probs (empty tuples unless ``with_logprobs``).
 
-        The log-probs come from the logits generation sampled from (log softmax(logits / T);
-        T = 1 for greedy), so no second forward pass is needed; they equal
-        ``sequence_logprobs`` of the same tokens up to float rounding (tested).
+        Decoded by the fast batched ``Generator`` (components/lm/generate.py). The log-probs
+        come from the logits it sampled from (log softmax(logits / T); T = 1 for greedy), so
+        no second forward pass is needed on CPU; they equal ``sequence_logprobs`` of the
+        same tokens up to float rounding (tested). Without a seed, sampling draws from
+        torch's global RNG, which the RL loop seeds per round (resumable runs).
         """
-        import torch
-
-        order = sorted(range(len(prompts)), key=lambda i: -len(prompts[i]))
-        out: list[list[int]] = [[] for _ in prompts]
-        scores: list[tuple[float, ...]] = [() for _ in prompts]
-        was_training = self.model.training
-        self.model.eval()
-        try:
-            for start in range(0, len(order), self.gen_batch_size):
-                idx = order[start : start + self.gen_batch_size]
-                ids, attention = self._left_pad([prompts[i] for i in idx])
-                kwargs: dict[str, Any] = {
-                    "max_new_tokens": max_new_tokens,
-                    "pad_token_id": self.pad_id,
-                    "eos_token_id": self._stop_token_ids(),
-                    "output_logits": with_logprobs,
-                    "return_dict_in_generate": True,
-                }
-                if self.stop_id is None:  # multi-token stop string: HF checks the text
-                    kwargs.update(stop_strings=[ACTION_STOP], tokenizer=self.tokenizer)
-                if temperature > 0:
-                    kwargs.update(do_sample=True, temperature=temperature, top_p=1.0, top_k=0)
-                else:
-                    kwargs.update(do_sample=False, temperature=None, top_p=None, top_k=None)
-                with torch.inference_mode():
-                    generated = self.model.generate(
-                        input_ids=ids, attention_mask=attention, **kwargs
-                    )
-                new_ids = generated.sequences[:, ids.shape[1] :]
-                new = new_ids.tolist()
-                token_logps = None
-                if with_logprobs:
-                    logits = torch.stack(generated.logits, dim=1).float() / (temperature or 1.0)
-                    token_logps = (
-                        torch.log_softmax(logits, dim=-1)
-                        .gather(-1, new_ids.unsqueeze(-1))
-                        .squeeze(-1)
-                        .tolist()
-                    )
-                for row, (i, seq) in enumerate(zip(idx, new, strict=True)):
-                    out[i] = self._cut(seq)
-                    if token_logps is not None:
-                        scores[i] = tuple(token_logps[row][: len(out[i])])
-        finally:
-            self.model.train(was_training)
-        return out, scores
-
-    def _stop_token_ids(self) -> list[int]:
-        ids = [self.tokenizer.eos_token_id]
-        if self.stop_id is not None:
-            ids.append(self.stop_id)
-        return ids
-
-    def _cut(self, seq: list[int]) -> list[int]:
-        """Keep tokens up to and including the first stop/eos token (then only padding)."""
-        stops = set(self._stop_token_ids())
-        for i, t in enumerate(seq):
-            if t in stops:
-                return seq[: i + 1]
-        if self.stop_id is None:  # the stop string spans tokens: shortest prefix containing it
-            if ACTION_STOP not in self.tokenizer.decode(seq):
-                return seq
-            lo, hi = 1, len(seq)
-            while lo < hi:
-                mid = (lo + hi) // 2
-                if ACTION_STOP in self.tokenizer.decode(seq[:mid]):
-                    hi = mid
-                else:
-                    lo = mid + 1
-            return seq[:lo]
-        return seq
-
-    def _left_pad(self, seqs: Sequence[Sequence[int]]) -> tuple[torch.Tensor, torch.Tensor]:
-        import torch
-
-        width = max(len(s) for s in seqs)
-        ids = [[self.pad_id] * (width - len(s)) + list(s) for s in seqs]
-        att = [[0] * (width - len(s)) + [1] * len(s) for s in seqs]
-        device = self.device
-        return (
-            torch.tensor(ids, dtype=torch.long, device=device),
-            torch.tensor(att, dtype=torch.long, device=device),
+        done = self.generator.complete_ids(
+            prompts,
+            max_new_tokens=max_new_tokens,
+            temperature=temperature,
+            top_p=1.0,
+            stop=(ACTION_STOP,),
+            batch_size=self.gen_batch_size,
+            logprobs=with_logprobs,
         )
+        return [list(c.token_ids) for c in done], [c.logprobs for c in done]
+
+    @property
+    def generator(self) -> Generator:
+        """The batched generator over the current model (rebuilt after ``add_lora``)."""
+        from components.lm.generate import Generator
+
+        if self._generator is None or self._generator.model is not self.model:
+            self._generator = Generator(self.model, self.tokenizer)
+        return self._generator
 
     # -- scoring -----------------------------------------------------------------------------
 

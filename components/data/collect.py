@@ -30,6 +30,7 @@ from pydantic import ValidationError
 from components.config import Config
 from components.data.policies import POLICIES, ExpertEnv, behaviour_key, make_policy
 from components.envs.base import ADMISSIBLE, VALID, EnvError
+from components.envs.textworld_env import story_file_problem
 from components.envs.textworld_tasks import exit_with_parent
 from components.schema import Provenance, Task, Trajectory, Transition, stable_id
 
@@ -121,30 +122,6 @@ def run_episode(
 
 def _new_stats() -> dict[str, Any]:
     return {"n": Counter(), "success": Counter(), "steps": 0, "env_errors": 0, "seconds": 0.0}
-
-
-def story_file_problem(path: Path) -> str | None:
-    """Why a Z-machine game file would kill the process loading it (None if it looks whole)."""
-    # Frotz (inside jericho, in-process) calls exit(1) on a truncated or garbled story
-    # file: no exception to catch, the process hosting the engine just dies. The header
-    # declares the version, the length and a checksum, so such files are caught here.
-    try:
-        data = path.read_bytes()
-    except OSError as err:
-        return f"cannot read {path}: {err.strerror}"
-    if len(data) < 64:
-        return f"{path}: {len(data)} bytes, shorter than a Z-machine header"
-    version = data[0]
-    if not 1 <= version <= 8:
-        return f"{path}: not a Z-machine story file (version byte {version})"
-    scale = 2 if version <= 3 else 4 if version <= 5 else 8
-    length = int.from_bytes(data[0x1A:0x1C], "big") * scale
-    if length and length > len(data):
-        return f"{path}: truncated ({len(data)} of {length} bytes)"
-    checksum = int.from_bytes(data[0x1C:0x1E], "big")
-    if length and checksum and sum(data[0x40:length]) % 0x10000 != checksum:
-        return f"{path}: corrupted (checksum mismatch)"
-    return None
 
 
 def _collect_game(job: dict[str, Any]) -> dict[str, Any]:

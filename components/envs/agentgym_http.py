@@ -58,6 +58,7 @@ from typing import Any
 
 from components.config import Config, EnvConfig
 from components.envs.base import ADMISSIBLE, FEEDBACK, LOST, VALID, WON, EnvError, StepResult
+from components.envs.episodic import EpisodicEnv, Step
 from components.schema import Split, Task, write_jsonl
 
 log = logging.getLogger(__name__)
@@ -146,7 +147,7 @@ class _Http:
         self.client.close()
 
 
-class AgentGymHttpEnv:
+class AgentGymHttpEnv(EpisodicEnv):
     """One remote env on an AgentGym-style server, as a 5-tuple Env with replay.
 
     Subclasses say how their server's requests and answers look (``_create``,
@@ -155,6 +156,7 @@ class AgentGymHttpEnv:
 
     name = "agentgym"
     id_key = "env_idx"
+    continue_replay = False  # a remote env may not be deterministic: always reset
 
     def __init__(
         self,
@@ -164,15 +166,10 @@ class AgentGymHttpEnv:
         max_retries: int = 3,
         backoff_s: float = 0.5,
     ) -> None:
-        if max_steps < 1:
-            raise ValueError("max_steps must be >= 1")
-        self.max_steps = max_steps
+        super().__init__(max_steps)
         self.http = _Http(base_url, timeout_s, max_retries, backoff_s)
         self.remote_id: int | None = None
-        self._task: Task | None = None
-        self._history: list[str] = []
         self._admissible: list[str] | None = None
-        self._done = True
 
     # -- the protocol, per server ----------------------------------------------------------
 
@@ -215,15 +212,8 @@ class AgentGymHttpEnv:
         self._admissible = self._admissible_remote()
         return compact(observation), self._info("", valid=True, won=False, lost=False, reward=0.0)
 
-    def step(self, action: str) -> tuple[str, int, bool, bool, dict[str, Any]]:
-        """Send ``action``; returns (observation, reward, terminated, truncated, info)."""
-        return self._advance(action, self.max_steps)
-
-    def _advance(
-        self, action: str, limit: int | None
-    ) -> tuple[str, int, bool, bool, dict[str, Any]]:
-        if self._task is None or self._done:
-            raise RuntimeError("step() called before reset() or after the episode ended")
+    def _advance(self, action: str, limit: int | None) -> Step:
+        self._require_running()
         command = action.strip()
         valid = self._is_valid(command)
         observation, server_reward, done = self._step_remote(command)
@@ -249,31 +239,9 @@ class AgentGymHttpEnv:
         self._task = None
         self.http.close()
 
-    @property
-    def admissible_actions(self) -> list[str]:
-        """Admissible actions now, where the server enumerates them."""
-        return list(self._admissible or [])
-
-    @property
-    def history(self) -> list[str]:
-        """Actions applied since the last reset."""
-        return list(self._history)
-
     def expert_action(self) -> str | None:
         """No expert through the HTTP protocol (collection policies act randomly)."""
         return None
-
-    def replay(self, task: Task, action_prefix: list[str], action: str) -> StepResult:
-        """Reset the item, re-apply ``action_prefix``, apply ``action``."""
-        self.reset(task)
-        for i, a in enumerate(action_prefix):
-            try:
-                self._advance(a, None)
-            except RuntimeError as err:
-                if isinstance(err, EnvError):
-                    raise
-                raise ValueError(f"the prefix ends the episode before step {i}") from err
-        return StepResult(*self._advance(action, self.max_steps))
 
     def _info(
         self, feedback: str, valid: bool, won: bool, lost: bool, reward: float

@@ -43,7 +43,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from components.envs.base import ADMISSIBLE, FEEDBACK, LOST, VALID, WON, EnvError, StepResult
+from components.envs.base import ADMISSIBLE, FEEDBACK, LOST, VALID, WON, EnvError
+from components.envs.episodic import EpisodicEnv, Step, collapse
 from components.schema import Task
 
 ENV_NAME = "miniwob"
@@ -88,7 +89,6 @@ _CLICK = re.compile(r"^click \[(-?\d+)\]$")
 _TEXT_ARG = re.compile(r'^(type|select) \[(-?\d+)\] "(.*)"$', re.DOTALL)
 _PRESS = re.compile(r"^press \[(-?\d+)\] ([A-Za-z]+)$")
 _QUOTED = re.compile(r'"([^"]+)"')
-_WS = re.compile(r"\s+")
 
 TEXT_INPUTS = ("textbox", "password", "textarea", "number", "email", "search", "date", "time")
 _INPUT_TYPES = {
@@ -134,10 +134,6 @@ _STATUS_JS = (
 )
 
 
-def _collapse(text: str) -> str:
-    return _WS.sub(" ", text or "").strip()
-
-
 @dataclass(frozen=True)
 class Element:
     """One element shown in the abstract state."""
@@ -172,8 +168,8 @@ class Element:
 
 def _text_of(node: dict[str, Any]) -> str:
     if node.get("text"):
-        return _collapse(str(node["text"]))
-    return _collapse(" ".join(_text_of(c) for c in node.get("children", [])))
+        return collapse(str(node["text"]))
+    return collapse(" ".join(_text_of(c) for c in node.get("children", [])))
 
 
 def extract_elements(root: dict[str, Any], selects: dict[str, Any], limit: int) -> list[Element]:
@@ -187,7 +183,7 @@ def extract_elements(root: dict[str, Any], selects: dict[str, Any], limit: int) 
             return ""
         siblings = parent.get("children", [])
         if parent.get("tag", "").lower() == "label":  # <label><input>text</label>
-            return _collapse(" ".join(_text_of(s) for s in siblings if s is not node))
+            return collapse(" ".join(_text_of(s) for s in siblings if s is not node))
         i = next((k for k, s in enumerate(siblings) if s is node), -1)
         if i > 0 and siblings[i - 1].get("tag", "").lower() == "label":
             return _text_of(siblings[i - 1])
@@ -286,7 +282,7 @@ def quoted(text: str) -> list[str]:
     return _QUOTED.findall(text or "")
 
 
-class MiniWoBEnv:
+class MiniWoBEnv(EpisodicEnv):
     """A MiniWoB++ task in headless Chromium: text actions, admissible actions, expert, replay."""
 
     name = ENV_NAME
@@ -299,23 +295,17 @@ class MiniWoBEnv:
         chromedriver: str = DEFAULT_CHROMEDRIVER,
         timeout_s: float = 30.0,
     ) -> None:
-        if max_steps < 1:
-            raise ValueError("max_steps must be >= 1")
+        super().__init__(max_steps)
         if max_elements < 3:
             raise ValueError("max_elements must be >= 3")
-        self.max_steps = max_steps
         self.max_elements = max_elements
         self.chrome_binary = chrome_binary
         self.chromedriver = chromedriver
         self.timeout_s = timeout_s
         self._driver: Any = None
         self._profile_dir: str | None = None
-        self._task: Task | None = None
         self._utterance = ""
-        self._history: list[str] = []
         self._elements: list[Element] = []
-        self._admissible: list[str] = []
-        self._done = True
 
     @classmethod
     def from_config(cls, env_cfg: Any) -> MiniWoBEnv:
@@ -407,10 +397,10 @@ class MiniWoBEnv:
                     os.kill(pid, signal.SIGKILL)
         self._kill_browser_processes()
 
-    def _js(self, script: str, *args: Any) -> Any:
-        """Run a script in the page; any browser failure fails the episode (EnvError)."""
+    def _call(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """Run one browser operation; any failure kills the browser and fails the episode."""
         try:
-            return self._browser().execute_script(script, *args)
+            return fn(*args)
         except EnvError:
             raise
         except Exception as err:  # WebDriverException, urllib3 errors after a crash...
@@ -418,29 +408,25 @@ class MiniWoBEnv:
             self._discard()
             raise EnvError(f"browser failed on {task_id}: {type(err).__name__}: {err}") from err
 
+    def _js(self, script: str, *args: Any) -> Any:
+        """Run a script in the page; any browser failure fails the episode (EnvError)."""
+        return self._call(lambda: self._browser().execute_script(script, *args))
+
     def _settle(self) -> None:
         """Wait until zero-delay timers queued by the action ran (autocomplete menus...), so
         the observation does not depend on timing and replays see the same page."""
-        try:
-            self._browser().execute_async_script(
+        self._call(
+            lambda: self._browser().execute_async_script(
                 "var done = arguments[0]; setTimeout(function () { setTimeout(done, 0); }, 0);"
             )
-        except Exception as err:
-            task_id = self._task.task_id if self._task else "?"
-            self._discard()
-            raise EnvError(f"browser failed on {task_id}: {type(err).__name__}: {err}") from err
+        )
 
     def _perform(self, action: dict[str, Any]) -> None:
         from miniwob.selenium_actions import execute_action_on_chromedriver
 
-        try:
-            execute_action_on_chromedriver(action, [], _action_config(), self._browser())
-        except EnvError:
-            raise
-        except Exception as err:
-            task_id = self._task.task_id if self._task else "?"
-            self._discard()
-            raise EnvError(f"browser failed on {task_id}: {type(err).__name__}: {err}") from err
+        self._call(
+            lambda: execute_action_on_chromedriver(action, [], _action_config(), self._browser())
+        )
 
     # -- Env -------------------------------------------------------------------------------
 
@@ -471,15 +457,8 @@ class MiniWoBEnv:
         self._utterance = str(utterance)
         return self._observe("The page is loaded.", valid=True, done=bool(done), raw=raw)
 
-    def step(self, action: str) -> tuple[str, int, bool, bool, dict[str, Any]]:
-        """Apply ``action``; returns (observation, reward, terminated, truncated, info)."""
-        return self._advance(action, self.max_steps)
-
-    def _advance(
-        self, action: str, limit: int | None
-    ) -> tuple[str, int, bool, bool, dict[str, Any]]:
-        if self._task is None or self._done:
-            raise RuntimeError("step() called before reset() or after the episode ended")
+    def _advance(self, action: str, limit: int | None) -> Step:
+        self._require_running()
         command = action.strip()
         feedback, valid = self._apply(command)
         if valid:
@@ -545,16 +524,6 @@ class MiniWoBEnv:
     # -- extras used by policies and fidelity ---------------------------------------------
 
     @property
-    def admissible_actions(self) -> list[str]:
-        """Sorted admissible actions in the current state (empty once terminated)."""
-        return list(self._admissible)
-
-    @property
-    def history(self) -> list[str]:
-        """Actions applied since the last reset."""
-        return list(self._history)
-
-    @property
     def utterance(self) -> str:
         """MiniWoB's instruction for the current episode."""
         return self._utterance
@@ -574,32 +543,6 @@ class MiniWoBEnv:
         return expert(
             ExpertView(self._utterance, list(self._elements), list(self._history), self._js)
         )
-
-    def replay(self, task: Task, action_prefix: list[str], action: str) -> StepResult:
-        """Reset with the task's seed, re-apply ``action_prefix``, apply ``action``.
-
-        Continues the current episode instead when it already sits on a prefix of
-        ``action_prefix`` for the same task (pages are deterministic per seed).
-        """
-        prefix = [a.strip() for a in action_prefix]
-        n = len(self._history)
-        resume = (
-            self._task is not None
-            and self._task.task_id == task.task_id
-            and not self._done
-            and self._history == prefix[:n]
-        )
-        if not resume:
-            self.reset(task)
-            n = 0
-        for i in range(n, len(prefix)):
-            try:
-                self._advance(prefix[i], None)
-            except RuntimeError as err:
-                if isinstance(err, EnvError):
-                    raise
-                raise ValueError(f"the prefix ends the episode before step {i}") from err
-        return StepResult(*self._advance(action, self.max_steps))
 
     # -- helpers ---------------------------------------------------------------------------
 

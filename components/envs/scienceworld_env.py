@@ -41,7 +41,8 @@ import json
 import re
 from typing import Any
 
-from components.envs.base import ADMISSIBLE, FEEDBACK, LOST, VALID, WON, EnvError, StepResult
+from components.envs.base import ADMISSIBLE, FEEDBACK, LOST, VALID, WON, EnvError
+from components.envs.episodic import EpisodicEnv, Step, collapse, normalize_command
 from components.schema import Task
 
 ENV_NAME = "scienceworld"
@@ -63,18 +64,8 @@ _TERMINALS = ("Anode", "Cathode", "Terminal")
 _ARTICLE = re.compile(r"^(?:an?|the|some)\s+", re.IGNORECASE)
 _PAREN = re.compile(r"\s*\(.*$")
 
-_WS = re.compile(r"\s+")
 _ROOM = re.compile(r"This (?:room|outside location) is called the ([^.]+)\.")
 _CHOICE = re.compile(r"^\s*(\d+):", re.MULTILINE)
-
-
-def _collapse(text: str) -> str:
-    return _WS.sub(" ", text or "").strip()
-
-
-def normalize_command(command: str) -> str:
-    """Canonical form of a command: lower case, single spaces."""
-    return _collapse(command).lower()
 
 
 def split_look(look: str) -> tuple[str, str]:
@@ -85,7 +76,7 @@ def split_look(look: str) -> tuple[str, str]:
     body = re.sub(r"^\s*(In it, you see:|Here you see:)", "", body.strip())
     items = []
     for raw in re.split(r"\n\t|\nYou also see:", body):
-        item = _collapse(raw).rstrip(".")
+        item = collapse(raw).rstrip(".")
         if item and item not in ("the agent", "a substance called air", "You also see:"):
             items.append(item)
     return location, "; ".join(items)
@@ -93,7 +84,7 @@ def split_look(look: str) -> tuple[str, str]:
 
 def clean_inventory(raw: str) -> str:
     """``In your inventory, you see: an orange`` -> ``an orange`` (``nothing`` when empty)."""
-    text = _collapse(re.sub(r"^In your inventory, you see:", "", (raw or "").strip()))
+    text = collapse(re.sub(r"^In your inventory, you see:", "", (raw or "").strip()))
     return text or "nothing"
 
 
@@ -173,7 +164,7 @@ def select_admissible(groups: list[list[str]], preferred: list[str], limit: int)
     def take(action: str) -> None:
         key = normalize_command(action)
         if key and key not in chosen and len(chosen) < limit:
-            chosen[key] = _collapse(action)
+            chosen[key] = collapse(action)
 
     if preferred:
         take(preferred[0])
@@ -226,7 +217,7 @@ class _Engine:
             self.proc.wait(timeout=10)
 
 
-class ScienceWorldEnv:
+class ScienceWorldEnv(EpisodicEnv):
     """A ScienceWorld task variation as a 5-tuple env with admissible actions, expert, replay."""
 
     name = ENV_NAME
@@ -237,21 +228,15 @@ class ScienceWorldEnv:
         simplifications: str = "",
         max_admissible: int = DEFAULT_MAX_ADMISSIBLE,
     ) -> None:
-        if max_steps < 1:
-            raise ValueError("max_steps must be >= 1")
+        super().__init__(max_steps)
         if max_admissible < len(ALWAYS_ADMISSIBLE) + 1:
             raise ValueError(f"max_admissible must be >= {len(ALWAYS_ADMISSIBLE) + 1}")
-        self.max_steps = max_steps
         self.simplifications = simplifications
         self.max_admissible = max_admissible
         self._engine: _Engine | None = None
-        self._task: Task | None = None
         self._task_name = ""
-        self._history: list[str] = []
         self._gold: list[str] = []
         self._gold_pos = 0
-        self._admissible: list[str] = []
-        self._done = True
 
     # -- the engine ----------------------------------------------------------------------
 
@@ -307,17 +292,10 @@ class ScienceWorldEnv:
         obs, info = self._observe(feedback, valid=True, score=0.0)
         return obs, info
 
-    def step(self, action: str) -> tuple[str, int, bool, bool, dict[str, Any]]:
-        """Apply ``action``; returns (observation, reward, terminated, truncated, info)."""
-        return self._advance(action, self.max_steps)
-
-    def _advance(
-        self, action: str, limit: int | None
-    ) -> tuple[str, int, bool, bool, dict[str, Any]]:
-        if self._task is None or self._done:
-            raise RuntimeError("step() called before reset() or after the episode ended")
+    def _advance(self, action: str, limit: int | None) -> Step:
+        self._require_running()
         server = self._server()
-        command = _collapse(action)
+        command = collapse(action)
         # A newline would feed the parser two inputs (e.g. answer an ambiguity prompt).
         feedback = str(self._call("step", server.step, command))
         score = float(self._call("score", server.getScore))
@@ -342,16 +320,6 @@ class ScienceWorldEnv:
         self._task = None
 
     # -- extras used by policies and fidelity ---------------------------------------------
-
-    @property
-    def admissible_actions(self) -> list[str]:
-        """The bounded admissible subset in the current state (empty once terminated)."""
-        return list(self._admissible)
-
-    @property
-    def history(self) -> list[str]:
-        """Commands applied since the last reset."""
-        return list(self._history)
 
     @property
     def gold_path(self) -> list[str]:
@@ -384,31 +352,8 @@ class ScienceWorldEnv:
             return None
         return self._gold[self._gold_pos]
 
-    def replay(self, task: Task, action_prefix: list[str], action: str) -> StepResult:
-        """Restore the state reached by ``action_prefix`` from reset, apply ``action``.
-
-        Continues the current episode instead of reloading when it already sits on a
-        prefix of ``action_prefix`` for the same task (the engine is deterministic).
-        """
-        prefix = [_collapse(a) for a in action_prefix]
-        n = len(self._history)
-        resume = (
-            self._task is not None
-            and self._task.task_id == task.task_id
-            and not self._done
-            and self._history == prefix[:n]
-        )
-        if not resume:
-            self.reset(task)
-            n = 0
-        for i in range(n, len(prefix)):
-            try:
-                self._advance(prefix[i], None)
-            except RuntimeError as err:
-                if isinstance(err, EnvError):
-                    raise
-                raise ValueError(f"the prefix ends the episode before step {i}") from err
-        return StepResult(*self._advance(action, self.max_steps))
+    def _replay_form(self, action: str) -> str:
+        return collapse(action)
 
     # -- helpers ---------------------------------------------------------------------------
 
@@ -420,7 +365,7 @@ class ScienceWorldEnv:
         inventory = clean_inventory(str(self._call("inventory", server.freeActionInventory)))
         location, contents = split_look(look)
         raw_feedback = feedback
-        shown = _collapse(feedback)
+        shown = collapse(feedback)
         if shown.startswith("This room is called") or shown.startswith("This outside location"):
             shown = f"You look around the {location}."  # the description is already in the state
         if terminated:

@@ -24,7 +24,8 @@ import re
 from pathlib import Path
 from typing import Any
 
-from components.envs.base import ADMISSIBLE, FEEDBACK, LOST, VALID, WON, EnvError, StepResult
+from components.envs.base import ADMISSIBLE, FEEDBACK, LOST, VALID, WON, EnvError
+from components.envs.episodic import EpisodicEnv, Step, collapse, normalize_command
 from components.envs.textworld_state import compact_description, compact_inventory
 from components.schema import Task
 
@@ -37,19 +38,9 @@ _PROMPT_LINE = re.compile(r"\n>[^\n]*$")  # the input prompt + status bar ending
 _RESTART = re.compile(r"Would you like to RESTART, RESTORE a saved game, QUIT or UNDO[^\n]*")
 _ART_LINE = re.compile(r"^[\s_|\\/$<>]+$")
 _CARRYING = re.compile(r"^You are carrying:?\s*(.*?)\.?$", re.IGNORECASE)
-_WS = re.compile(r"\s+")
 _CHAINED = re.compile(r"[.;,]|\bthen\b", re.IGNORECASE)  # Inform7 command separators
 CHAINED_FEEDBACK = "One command at a time, please."
 STATE_FORMATS = ("compact", "description")
-
-
-def _collapse(text: str) -> str:
-    return _WS.sub(" ", text).strip()
-
-
-def normalize_command(command: str) -> str:
-    """Canonical form of a command: lower case, single spaces (newlines would inject input)."""
-    return _collapse(command).lower()
 
 
 def clean_feedback(raw: str, objective: str | None = None) -> str:
@@ -57,10 +48,10 @@ def clean_feedback(raw: str, objective: str | None = None) -> str:
     text = _PROMPT_LINE.sub("", raw or "")
     text = _RESTART.sub("", text)
     lines = [ln for ln in text.splitlines() if not ("$$" in ln or _ART_LINE.match(ln))]
-    text = _collapse("\n".join(lines))
+    text = collapse("\n".join(lines))
     if objective:
-        text = text.replace(_collapse(objective), " ")
-    return _collapse(text)
+        text = text.replace(collapse(objective), " ")
+    return collapse(text)
 
 
 def split_description(raw: str | None) -> tuple[str, str]:
@@ -68,13 +59,13 @@ def split_description(raw: str | None) -> tuple[str, str]:
     text = raw or ""
     match = _HEADER.search(text)
     if not match:
-        return "unknown", _collapse(text)
-    return match.group(1), _collapse(text[: match.start()] + " " + text[match.end() :])
+        return "unknown", collapse(text)
+    return match.group(1), collapse(text[: match.start()] + " " + text[match.end() :])
 
 
 def clean_inventory(raw: str | None) -> str:
     """``You are carrying: a mop.`` -> ``a mop``; ``You are carrying nothing.`` -> ``nothing``."""
-    text = _collapse(raw or "")
+    text = collapse(raw or "")
     match = _CARRYING.match(text)
     return (match.group(1) or "nothing") if match else text
 
@@ -84,7 +75,31 @@ def render_state(location: str, description: str, inventory: str, feedback: str)
     return f"Location: {location}\n{description}\nInventory: {inventory}\nFeedback: {feedback}"
 
 
-class TextWorldEnv:
+def story_file_problem(path: Path) -> str | None:
+    """Why a Z-machine game file would kill the process loading it (None if it looks whole)."""
+    # Frotz (inside jericho, in-process) calls exit(1) on a truncated or garbled story
+    # file: no exception to catch, the process hosting the engine just dies. The header
+    # declares the version, the length and a checksum, so such files are caught here.
+    try:
+        data = path.read_bytes()
+    except OSError as err:
+        return f"cannot read {path}: {err.strerror}"
+    if len(data) < 64:
+        return f"{path}: {len(data)} bytes, shorter than a Z-machine header"
+    version = data[0]
+    if not 1 <= version <= 8:
+        return f"{path}: not a Z-machine story file (version byte {version})"
+    scale = 2 if version <= 3 else 4 if version <= 5 else 8
+    length = int.from_bytes(data[0x1A:0x1C], "big") * scale
+    if length and length > len(data):
+        return f"{path}: truncated ({len(data)} of {length} bytes)"
+    checksum = int.from_bytes(data[0x1C:0x1E], "big")
+    if length and checksum and sum(data[0x40:length]) % 0x10000 != checksum:
+        return f"{path}: corrupted (checksum mismatch)"
+    return None
+
+
+class TextWorldEnv(EpisodicEnv):
     """A TextWorld game as a 5-tuple env with admissible actions, an expert and replay."""
 
     name = ENV_NAME
@@ -92,20 +107,14 @@ class TextWorldEnv:
     def __init__(
         self, max_steps: int, root: Path | None = None, state_format: str = "compact"
     ) -> None:
-        if max_steps < 1:
-            raise ValueError("max_steps must be >= 1")
+        super().__init__(max_steps)
         if state_format not in STATE_FORMATS:
             raise ValueError(f"state_format must be one of {STATE_FORMATS}")
-        self.max_steps = max_steps
         self.state_format = state_format
         self.root = Path(root) if root is not None else None
         self._tw: Any = None  # the textworld environment, reused while the game is the same
         self._game_path: str | None = None
-        self._task: Task | None = None
-        self._history: list[str] = []
         self._state: Any = None
-        self._admissible: list[str] = []
-        self._done = True
 
     # -- paths and the engine ------------------------------------------------------------
 
@@ -126,6 +135,9 @@ class TextWorldEnv:
 
         if not path.is_file() or not path.with_suffix(".json").is_file():
             raise EnvError(f"game file {path} (and its .json) not found")
+        problem = story_file_problem(path) if path.suffix.startswith(".z") else None
+        if problem is not None:  # loading it would exit() this very process
+            raise EnvError(f"cannot start {path}: {problem}")
         infos = textworld.EnvInfos(
             feedback=True,
             description=True,
@@ -181,17 +193,10 @@ class TextWorldEnv:
         info = self._info(state, feedback, location, valid=True)
         return obs, info
 
-    def step(self, action: str) -> tuple[str, int, bool, bool, dict[str, Any]]:
-        """Apply ``action``; returns (observation, reward, terminated, truncated, info)."""
-        return self._advance(action, self.max_steps)
-
-    def _advance(
-        self, action: str, limit: int | None
-    ) -> tuple[str, int, bool, bool, dict[str, Any]]:
-        if self._task is None or self._done:
-            raise RuntimeError("step() called before reset() or after the episode ended")
+    def _advance(self, action: str, limit: int | None) -> Step:
+        task = self._require_running()
         # control characters can crash the Z-machine interpreter (segfault on "go\x13")
-        command = _collapse("".join(ch if ch.isprintable() else " " for ch in action))
+        command = collapse("".join(ch if ch.isprintable() else " " for ch in action))
         valid = normalize_command(command) in {normalize_command(a) for a in self._admissible}
         if not valid and _CHAINED.search(command):
             # Inform7 would run "go east. take key" as two commands in one step; refuse it
@@ -202,7 +207,7 @@ class TextWorldEnv:
                 state, _, _ = self._tw.step(command)
             except Exception as err:
                 self._discard()
-                raise EnvError(f"step {command!r} failed on {self._task.task_id}: {err}") from err
+                raise EnvError(f"step {command!r} failed on {task.task_id}: {err}") from err
         self._history.append(command)
         self._state = state
         won, lost = bool(state.get("won")), bool(state.get("lost"))
@@ -222,16 +227,6 @@ class TextWorldEnv:
 
     # -- extras used by policies and fidelity ---------------------------------------------------
 
-    @property
-    def admissible_actions(self) -> list[str]:
-        """Sorted admissible commands in the current state (empty once terminated)."""
-        return list(self._admissible)
-
-    @property
-    def history(self) -> list[str]:
-        """Commands applied since the last reset."""
-        return list(self._history)
-
     def expert_action(self) -> str | None:
         """The next command of TextWorld's winning policy from the current state, if any."""
         if self._state is None or self._done:
@@ -239,41 +234,8 @@ class TextWorldEnv:
         plan = self._state.get("policy_commands") or []
         return plan[0] if plan else None
 
-    def replay(self, task: Task, action_prefix: list[str], action: str) -> StepResult:
-        """Restore the state reached by ``action_prefix`` from reset, apply ``action``.
-
-        Replaces the current episode. When the env already sits at the start of that
-        prefix of the same task, it continues from there instead of resetting (the games
-        are deterministic, so the result is the same): replaying a trajectory step by step
-        costs one step per call, not a reset plus the whole prefix.
-        """
-        prefix = [_collapse(a) for a in action_prefix]
-        n = len(self._history)
-        resume = (
-            self._task is not None
-            and self._task.task_id == task.task_id
-            and not self._done
-            and self._history == prefix[:n]
-            and n <= len(prefix)
-        )
-        if not resume:
-            self.reset(task)
-            n = 0
-        for i in range(n, len(prefix)):
-            self._replay_step(prefix[i], i, None)
-        result = self._replay_step(action, len(prefix), self.max_steps)
-        return StepResult(*result)
-
-    def _replay_step(
-        self, action: str, index: int, limit: int | None
-    ) -> tuple[str, int, bool, bool, dict[str, Any]]:
-        # No step limit inside the prefix; the last step reports it as live stepping would.
-        try:
-            return self._advance(action, limit)
-        except EnvError:
-            raise
-        except RuntimeError as err:
-            raise ValueError(f"the prefix ends the episode before step {index}") from err
+    def _replay_form(self, action: str) -> str:
+        return collapse(action)
 
     # -- helpers ---------------------------------------------------------------------------------
 
@@ -290,7 +252,7 @@ class TextWorldEnv:
         for part in (f"-= {location} =-", description):
             if part:
                 rest = rest.replace(part, " ")
-        rest = _collapse(rest)
+        rest = collapse(rest)
         shown = rest or f"You are in the {location}."
         return render_state(location, shown_description, shown_inventory, shown), location
 

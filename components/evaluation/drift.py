@@ -324,3 +324,49 @@ def drift_metrics(result: Mapping[str, Any]) -> dict[str, Any]:
         }
         for it, r in result["iterations"].items()
     }
+
+
+def index_html(runs: Mapping[str, Mapping[str, Any]], index_path: Path, threshold: float) -> str:
+    """One HTML page over every run's iterations, linking each Evidently report."""
+    import html
+    import os
+
+    def cell(value: Any) -> str:
+        if isinstance(value, float):
+            return f"{value:.2f}"
+        return html.escape("n/a" if value is None else str(value))
+
+    parts = [
+        "<!doctype html><html><head><meta charset='utf-8'><title>Drift of synthetic "
+        "experience</title><style>body{font-family:sans-serif;margin:2em}table{border-"
+        "collapse:collapse;margin-bottom:2em}td,th{border:1px solid #ccc;padding:4px 8px}"
+        ".drift{background:#fdd}</style></head><body>",
+        "<h1>Drift of synthetic from real transitions (Evidently)</h1>",
+        f"<p>An iteration is flagged when the share of drifted features is &ge; {threshold}.</p>",
+    ]
+    for run, result in runs.items():
+        flag = "drift flagged" if result.get("drifted") else "no drift flagged"
+        parts.append(f"<h2>{html.escape(run)}: {flag}</h2>")
+        parts.append(
+            "<table><tr><th>iteration</th><th>synthetic transitions</th><th>drift share</th>"
+            "<th>drifted</th><th>drifted features</th><th>report</th></tr>"
+        )
+        for it, r in result.get("iterations", {}).items():
+            features = sorted(k for k, v in (r.get("features") or {}).items() if v["drifted"])
+            link = "skipped: " + str(r["skipped"]) if r.get("skipped") else "n/a"
+            link = html.escape(r.get("report_note") or link)
+            if r.get("html"):
+                href = os.path.relpath(r["html"], index_path.parent)
+                link = f"<a href='{html.escape(href)}'>Evidently report</a>"
+            row_class = " class='drift'" if r.get("drifted") else ""
+            parts.append(
+                f"<tr{row_class}><td>{cell(it)}</td><td>{cell(r.get('n_current'))}</td>"
+                f"<td>{cell(r.get('drift_share'))}</td><td>{cell(r.get('drifted'))}</td>"
+                f"<td>{cell(', '.join(features) or '-')}</td><td>{link}</td></tr>"
+            )
+        parts.append("</table>")
+    parts.append("</body></html>")
+    text = "\n".join(parts)
+    index_path.parent.mkdir(parents=True, exist_ok=True)
+    index_path.write_text(text, encoding="utf-8")
+    return text

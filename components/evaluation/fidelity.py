@@ -109,7 +109,12 @@ def score_prediction(example: ExperienceExample, output: str, with_reasoning: bo
         "bucket_true": state_bucket(example.next_state),
     }
     try:
-        pred = parse_answer(output, with_reasoning=with_reasoning)
+        pred = parse_answer(
+            output,
+            with_reasoning=with_reasoning,
+            state=example.state,
+            state_target=example.state_target,
+        )
     except MalformedOutputError as err:
         return {
             **row,

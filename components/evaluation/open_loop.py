@@ -64,15 +64,20 @@ def open_loop_rollouts(
             prompts.append(
                 [
                     {"role": "system", "content": SYSTEM_PROMPT},
-                    {"role": "user", "content": render_prompt(ctx)},
+                    {"role": "user", "content": render_prompt(ctx, settings.state_target)},
                 ]
             )
         outputs = generate(prompts)
         f1s, ems, reward_ok = [], [], []
         survivors = []
-        for step, (traj, _, hist), out in zip(steps, live, outputs, strict=True):
+        for step, (traj, state, hist), out in zip(steps, live, outputs, strict=True):
             try:
-                pred = parse_answer(out, with_reasoning=settings.with_reasoning)
+                pred = parse_answer(
+                    out,
+                    with_reasoning=settings.with_reasoning,
+                    state=state,
+                    state_target=settings.state_target,
+                )
             except MalformedOutputError:
                 n_malformed += 1
                 f1s.append(0.0)

@@ -4,9 +4,12 @@ Reads ``metrics/`` (every file optional): data.json, buffer.json, annotate.json,
 experience.json (or experience/<variant>.json), fidelity.json (flat or keyed by variant),
 table1.json (``{env: {method: {success, ci_low, ci_high, episodes, seeds, real_steps}}}``),
 judge.json (``{variant: {criterion: mean, n}}``), drift.json (per iteration
-``{drift_share, drifted}``) and theorem1.json. A missing file is reported as "not run", an
-unreadable one with its error; nothing is ever filled in. Writes ``report.md`` and the PNG
-plots beside it and returns their paths (the caller logs them to MLflow).
+``{drift_share, drifted}``, optionally grouped per synthetic run), theorem1.json and the RL
+curves ``history/<method>.jsonl`` (one row per RL round). A missing file is reported as
+"not run", an unreadable one with its error; nothing is ever filled in. Writes
+``report.md`` and the PNG plots beside it. Every name in ``PLOTS`` is always written (a
+plot without data says "not run" and is not linked), so the DVC stage can list its outputs
+file by file; the result returns the real plots (the caller logs them to MLflow).
 """
 
 from __future__ import annotations
@@ -24,6 +27,11 @@ from components.evaluation.judge import CRITERIA, VARIANT_LABELS, VARIANTS
 
 REPORT_NAME = "report.md"
 NOT_RUN = "not run"
+HISTORY_DIR = "history"  # metrics/history/<method>.jsonl: the RL training curves
+# the plots, always written (placeholders without data): the DVC outputs of the stage
+SUCCESS_PNG, CURVES_PNG, FIDELITY_PNG = "success.png", "rl_curves.png", "fidelity.png"
+JUDGE_PNG, DRIFT_PNG, THEOREM1_PNG = "judge.png", "drift.png", "theorem1.png"
+PLOTS = (SUCCESS_PNG, CURVES_PNG, FIDELITY_PNG, JUDGE_PNG, DRIFT_PNG, THEOREM1_PNG)
 METRIC_FILES = (
     "data.json",
     "buffer.json",
@@ -39,8 +47,8 @@ METRIC_FILES = (
 METHOD_LABELS = {
     "sft": "SFT",
     "dpo": "DPO",
-    "real_grpo": "GRPO (real env)",
-    "real_ppo": "PPO (real env)",
+    "grpo_real": "GRPO (real env)",
+    "ppo_real": "PPO (real env)",
     "dreamgym_grpo": "DreamGym GRPO",
     "dreamgym_ppo": "DreamGym PPO",
     "s2r_grpo": "DreamGym-S2R GRPO",
@@ -73,6 +81,22 @@ PAPER_TABLE1 = {
     ),
 }
 PAPER_COLUMNS = ("SFT", "DPO", "GRPO real (80K)", "DreamGym GRPO (0 real)", "S2R GRPO (5K)")
+# the paper's row next to ours: ALFWorld, whose engine (TextWorld) is our primary env
+PAPER_ENV = "ALFWorld"
+PAPER_METHOD_COLUMN = {
+    "sft": 0,
+    "dpo": 1,
+    "grpo_real": 2,
+    "dreamgym_grpo": 3,
+    "s2r_grpo": 4,
+}
+# DESIGN.md: ablations, Llama-3.1-8B, success % WebShop / WebArena (no w/o history row)
+PAPER_ABLATION = {
+    "full": "63.9 / 13.3",
+    "no_replay": "59.2 / 9.7",
+    "no_reasoning": "55.8 / 7.3",
+    "no_task_generation": "57.3 / 7.3",
+}
 
 
 @dataclass
@@ -82,6 +106,7 @@ class ReportResult:
     markdown: Path
     plots: list[Path] = field(default_factory=list)
     inputs: dict[str, str] = field(default_factory=dict)  # file -> ok / not run / unreadable
+    placeholders: list[Path] = field(default_factory=list)  # PLOTS written without data
 
 
 class _Inputs:
@@ -104,6 +129,28 @@ class _Inputs:
             if per_variant:
                 self.data["experience.json"] = per_variant
                 self.status["experience.json"] = "ok (experience/<variant>.json)"
+        self.history = self._read_history(metrics_dir / HISTORY_DIR)
+
+    def _read_history(self, folder: Path) -> dict[str, list[dict[str, Any]]]:
+        """``{method: rounds}`` from history/<method>.jsonl (unreadable lines skipped)."""
+        curves: dict[str, list[dict[str, Any]]] = {}
+        for path in sorted(folder.glob("*.jsonl")) if folder.is_dir() else ():
+            rows, bad = [], 0
+            for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+                try:
+                    row = json.loads(line) if line.strip() else None
+                except ValueError:
+                    row = None
+                    bad += 1
+                if isinstance(row, dict):
+                    rows.append(row)
+            name = f"{HISTORY_DIR}/{path.name}"
+            self.status[name] = f"ok ({len(rows)} rounds)" + (f", {bad} bad lines" if bad else "")
+            if rows:
+                curves[path.stem] = rows
+        if not curves:
+            self.status[f"{HISTORY_DIR}/*.jsonl"] = NOT_RUN
+        return curves
 
     def _read(self, name: str, path: Path) -> None:
         if not path.is_file():
@@ -193,6 +240,17 @@ def _save(plt: Any, fig: Any, path: Path, dpi: int) -> Path:
     return path
 
 
+def _placeholder(path: Path, note: str, dpi: int) -> Path | None:
+    """A plot that says why it has no data (DVC expects every listed output)."""
+    plt = _pyplot()
+    if plt is None:
+        return None
+    fig, ax = plt.subplots(figsize=(5, 1.5))
+    ax.axis("off")
+    ax.text(0.5, 0.5, note, ha="center", va="center", fontsize=10)
+    return _save(plt, fig, path, dpi)
+
+
 def _bar_plot(
     path: Path,
     title: str,
@@ -247,7 +305,8 @@ def _bar_plot(
 
 
 def _inputs_section(inp: _Inputs) -> str:
-    rows = [[f"`{name}`", inp.status.get(name, NOT_RUN)] for name in METRIC_FILES]
+    names = [*METRIC_FILES, *sorted(n for n in inp.status if n.startswith(HISTORY_DIR + "/"))]
+    rows = [[f"`{name}`", inp.status.get(name, NOT_RUN)] for name in names]
     return "## Inputs\n\n" + _table(["metrics file", "status"], rows)
 
 
@@ -302,65 +361,165 @@ def _data_section(inp: _Inputs) -> str:
     return "".join(out)
 
 
+def _table1_rows(t1: Any) -> dict[str, dict[str, dict[str, Any]]]:
+    """``{env: {method: row}}`` with the methods not evaluated (None) left out."""
+    if not isinstance(t1, dict):
+        return {}
+    out = {}
+    for env, methods in t1.items():
+        rows = (
+            {k: v for k, v in methods.items() if isinstance(v, dict)}
+            if isinstance(methods, dict)
+            else {}
+        )
+        if rows:
+            out[str(env)] = rows
+    return out
+
+
+def _paper_cell(method: str) -> str:
+    col = PAPER_METHOD_COLUMN.get(method)
+    return "" if col is None else PAPER_TABLE1[PAPER_ENV][col]
+
+
 def _table1_section(inp: _Inputs, out_dir: Path, cfg: ReportConfig, plots: list[Path]) -> str:
     out = ["## Table 1 analogue: success on held-out real tasks\n\n"]
-    t1 = inp.get("table1.json")
-    if not isinstance(t1, dict) or not t1:
-        out.append(inp.missing("table1.json"))
-    else:
-        for env in sorted(t1):
-            methods = t1[env] if isinstance(t1[env], dict) else {}
-            values = [m.get("success") for m in methods.values() if isinstance(m, dict)]
-            as_percent = any(isinstance(v, int | float) and v > 1 for v in values)
-            names = _ordered(list(methods), list(METHOD_LABELS))
-            rows = []
-            for name in names:
-                m = methods[name] if isinstance(methods[name], dict) else {}
-                ci = _ci(m.get("ci_low"), m.get("ci_high"), partial(_pct, as_percent=as_percent))
-                rows.append(
-                    [
-                        _method_label(name),
-                        _pct(m.get("success"), as_percent),
-                        ci,
-                        _num(m.get("episodes")),
-                        _num(m.get("seeds")),
-                        _num(m.get("real_steps")),
-                    ]
-                )
-            out.append(f"### {env}\n\n")
-            out.append(
-                _table(
-                    ["method", "success %", "95% CI", "episodes", "seeds", "real env steps"], rows
-                )
+    t1 = _table1_rows(inp.get("table1.json"))
+    labels: list[str] = []
+    heights: list[float | None] = []
+    errors: list[tuple[float, float] | None] = []
+    if not t1:
+        note = inp.missing("table1.json")
+        if inp.status.get("table1.json") == "ok":
+            note = "_table1.json: no method evaluated yet._\n"
+        out.append(note)
+    header = ["method", "success %", "95% CI", "episodes", "seeds", "real env steps"]
+    if cfg.paper_reference:
+        header.append(f"paper {PAPER_ENV} % (3B/8B/7B)")
+    for env in sorted(t1):
+        methods = t1[env]
+        values = [m.get("success") for m in methods.values()]
+        as_percent = any(isinstance(v, int | float) and v > 1 for v in values)
+        pct = partial(_pct, as_percent=as_percent)
+        scale = 1.0 if as_percent else 100.0
+        rows = []
+        for name in _ordered(list(methods), list(METHOD_LABELS)):
+            m = methods[name]
+            rows.append(
+                [
+                    _method_label(name),
+                    pct(m.get("success")),
+                    _ci(m.get("ci_low"), m.get("ci_high"), pct),
+                    _num(m.get("episodes")),
+                    _num(m.get("seeds")),
+                    _num(m.get("real_steps")),
+                ]
+                + ([_paper_cell(name)] if cfg.paper_reference else [])
             )
-            scale = 1.0 if as_percent else 100.0
-            succ = [methods[n].get("success") for n in names]
-            errs = [
-                (scale * methods[n]["ci_low"], scale * methods[n]["ci_high"])
-                if isinstance(methods[n].get("ci_low"), int | float)
-                and isinstance(methods[n].get("ci_high"), int | float)
-                else None
-                for n in names
-            ]
-            png = _bar_plot(
-                out_dir / f"success_{_slug(env)}.png",
-                f"Success on held-out {env} tasks",
-                [_method_label(n) for n in names],
-                {"success %": [None if v is None else scale * v for v in succ]},
-                cfg.dpi,
-                "success %",
-                errors=errs,
-            )
-            if png is not None:
-                plots.append(png)
-                out.append(f"\n![success on {env}]({png.name})\n\n")
+            prefix = f"{env}: " if len(t1) > 1 else ""
+            labels.append(prefix + _method_label(name))
+            succ, lo, hi = m.get("success"), m.get("ci_low"), m.get("ci_high")
+            heights.append(scale * succ if isinstance(succ, int | float) else None)
+            bounds = isinstance(lo, int | float) and isinstance(hi, int | float)
+            errors.append((scale * lo, scale * hi) if bounds else None)
+        out.append(f"### {env}\n\n")
+        out.append(_table(header, rows))
+    png = _bar_plot(
+        out_dir / SUCCESS_PNG,
+        "Success on held-out real tasks",
+        labels,
+        {"success %": heights},
+        cfg.dpi,
+        "success %",
+        errors=errors,
+    )
+    if png is not None:
+        plots.append(png)
+        out.append(f"\n![success on held-out tasks]({png.name})\n\n")
     if cfg.paper_reference:
         out.append(
-            "\nPaper's numbers for context (success %, Llama-3.2-3B / Llama-3.1-8B / "
-            "Qwen-2.5-7B; different environments and models, not measured here):\n\n"
+            f"\nThe paper column is its {PAPER_ENV} row (ALFWorld runs on TextWorld, our "
+            "primary env); the paper's full table for context (success %, Llama-3.2-3B / "
+            "Llama-3.1-8B / Qwen-2.5-7B; different environments and models, not measured "
+            "here):\n\n"
         )
         out.append(_table(["env", *PAPER_COLUMNS], [[e, *v] for e, v in PAPER_TABLE1.items()]))
     return "".join(out)
+
+
+def _final(rows: Sequence[Mapping[str, Any]], key: str, k: int = 3) -> float | None:
+    """Mean of ``key`` over the last ``k`` rounds that have it (one round is noisy)."""
+    values = [r[key] for r in rows if isinstance(r.get(key), int | float)][-k:]
+    return sum(values) / len(values) if values else None
+
+
+def _curves_section(inp: _Inputs, out_dir: Path, cfg: ReportConfig, plots: list[Path]) -> str:
+    out = ["## RL training curves (success rate of each round's rollouts)\n\n"]
+    curves = inp.history
+    if not curves:
+        return out[0] + f"_{HISTORY_DIR}/*.jsonl: {NOT_RUN}._\n"
+    names = _ordered(list(curves), list(METHOD_LABELS))
+    rows = []
+    for name in names:
+        hist = curves[name]
+        first = next((r["success_rate"] for r in hist if "success_rate" in r), None)
+        real = _final(hist, "real_steps", k=1)
+        seconds = sum(
+            float(r.get(k, 0) or 0) for r in hist for k in ("rollout_seconds", "update_seconds")
+        )
+        rows.append(
+            [
+                _method_label(name),
+                _num(len(hist)),
+                _num(first, 2),
+                _num(_final(hist, "success_rate"), 2),
+                _num(None if real is None else int(real)),
+                _num(seconds / 60, 1),
+            ]
+        )
+    header = ["method", "rounds", "first round", "last 3 rounds", "real env steps", "minutes"]
+    out.append(_table(header, rows))
+    out.append(
+        "\nRollout success is measured in the env each method trains in: the synthetic env "
+        "for DreamGym, the real one for the baselines and S2R.\n"
+    )
+    png = _curve_plot(out_dir / CURVES_PNG, {n: curves[n] for n in names}, cfg.dpi)
+    if png is not None:
+        plots.append(png)
+        out.append(f"\n![RL curves]({png.name})\n")
+    return "".join(out)
+
+
+def _curve_plot(path: Path, curves: Mapping[str, Sequence[Mapping[str, Any]]], dpi: int) -> Any:
+    plt = _pyplot()
+    if plt is None:
+        return None
+    fig, (by_round, by_real) = plt.subplots(1, 2, figsize=(10, 4))
+    any_real = False
+    for name, rows in curves.items():
+        pts = [
+            (float(r.get("iteration", i + 1)), float(r["success_rate"]), r.get("real_steps"))
+            for i, r in enumerate(rows)
+            if isinstance(r.get("success_rate"), int | float)
+        ]
+        if not pts:
+            continue
+        label = _method_label(name)
+        by_round.plot([p[0] for p in pts], [p[1] for p in pts], marker=".", label=label)
+        real = [(float(p[2]), p[1]) for p in pts if isinstance(p[2], int | float) and p[2] > 0]
+        if real:
+            any_real = True
+            by_real.plot([x for x, _ in real], [y for _, y in real], marker=".", label=label)
+    by_round.set(xlabel="RL round", ylabel="rollout success rate", title="Per round")
+    by_round.legend(fontsize=7)
+    by_real.set(xlabel="real env steps used", ylabel="rollout success rate")
+    by_real.set_title("Against the real-interaction budget")
+    if any_real:
+        by_real.legend(fontsize=7)
+    else:
+        note = "no method used real steps"
+        by_real.text(0.5, 0.5, note, ha="center", transform=by_real.transAxes)
+    return _save(plt, fig, path, dpi)
 
 
 def _fidelity_variants(fid: Any) -> dict[str, dict[str, Any]]:
@@ -397,7 +556,7 @@ def _fidelity_section(inp: _Inputs, out_dir: Path, cfg: ReportConfig, plots: lis
     out.append(_table(header, rows))
     out.append("\neps_R: share of wrong rewards (malformed answers count as wrong).\n")
     png = _bar_plot(
-        out_dir / "fidelity.png",
+        out_dir / FIDELITY_PNG,
         "Experience-model fidelity by variant",
         [ABLATION_LABELS.get(v, v) for v in names],
         {
@@ -426,12 +585,21 @@ def _judge_section(inp: _Inputs, out_dir: Path, cfg: ReportConfig, plots: list[P
     rows = [
         [ABLATION_LABELS.get(v, v), _num(variants[v].get("n"))]
         + [_num(variants[v].get(c), 2) for c in CRITERIA]
+        + [
+            f"{_num(variants[v].get('n_without_transition'))} / "
+            f"{_num(variants[v].get('n_episodes'))}",
+            _num(variants[v].get("malformed_rate")),
+        ]
         for v in names
     ]
-    out.append(_table(["variant", "n", *CRITERIA], rows))
-    out.append("\nhallucination 2 = none found.\n")
+    header = ["variant", "n", *CRITERIA, "episodes without a transition", "malformed"]
+    out.append(_table(header, rows))
+    out.append(
+        "\nhallucination 2 = none found. n counts the judged synthetic trajectories; an "
+        "episode whose first answer is malformed twice has no transition to judge.\n"
+    )
     png = _bar_plot(
-        out_dir / "judge.png",
+        out_dir / JUDGE_PNG,
         "Judge scores of synthetic trajectories",
         [ABLATION_LABELS.get(v, v) for v in names],
         {c: [variants[v].get(c) for v in names] for c in CRITERIA},
@@ -457,7 +625,7 @@ def _ablation_section(inp: _Inputs) -> str:
             if not isinstance(m, dict) or "success" not in m:
                 continue
             for v in ABLATIONS[1:]:
-                if name.endswith(v):
+                if name.endswith("_" + v):
                     success[v] = m["success"]
             if name == "dreamgym_grpo":
                 success.setdefault("full", m["success"])
@@ -476,20 +644,42 @@ def _ablation_section(inp: _Inputs) -> str:
             _num(fid.get(v, {}).get("state_token_f1")),
             _num(judge.get(v, {}).get("consistency"), 2),
             _num(judge.get(v, {}).get("hallucination"), 2),
+            PAPER_ABLATION.get(v, "n/a"),
         ]
         for v in present
     ]
-    header = ["variant", "success %", "eps_R", "state F1", "judge consistency", "judge halluc."]
-    return head + _table(header, rows)
+    header = [
+        "variant",
+        "success %",
+        "eps_R",
+        "state F1",
+        "judge consistency",
+        "judge halluc.",
+        "paper success % (WebShop / WebArena)",
+    ]
+    note = (
+        "\nRun an ablation as a DVC experiment (`dvc exp run -S ablation.no_replay=true`) "
+        "and compare with `dvc exp show`; the paper column is Llama-3.1-8B.\n"
+    )
+    return head + _table(header, rows) + note
 
 
-def _drift_rows(drift: Any) -> dict[str, dict[str, Any]]:
+def _drift_rows(drift: Any, prefix: str = "") -> dict[str, dict[str, Any]]:
+    """Iteration rows; ``{run: {iter_k: row}}`` (one group per synthetic run) flattened."""
     if not isinstance(drift, dict):
         return {}
     body = drift.get("iterations", drift)
     if not isinstance(body, dict):
         return {}
-    return {str(k): v for k, v in body.items() if isinstance(v, dict) and "drift_share" in v}
+    rows: dict[str, dict[str, Any]] = {}
+    for key, value in body.items():
+        if not isinstance(value, dict):
+            continue
+        if "drift_share" in value:
+            rows[f"{prefix}{key}"] = value
+        else:
+            rows.update(_drift_rows(value, f"{prefix}{key} "))
+    return rows
 
 
 def _drift_section(
@@ -516,7 +706,7 @@ def _drift_section(
         f"\n**Drift flagged** in {', '.join(flagged)}.\n" if flagged else "\nNo drift flagged.\n"
     )
     png = _bar_plot(
-        out_dir / "drift.png",
+        out_dir / DRIFT_PNG,
         "Share of drifted features per iteration",
         keys,
         {"drift share": [rows[k].get("drift_share") for k in keys]},
@@ -548,16 +738,17 @@ def _theorem1_section(inp: _Inputs, out_dir: Path, cfg: ReportConfig, plots: lis
     except (TypeError, ValueError) as err:
         out.append(f"\n_plot skipped: {err}_\n")
         return "".join(out)
-    png = plot_theorem1(records, out_dir / "theorem1.png", cfg.dpi)
+    png = plot_theorem1(records, out_dir / THEOREM1_PNG, cfg.dpi)
     if png is not None:
         plots.append(png)
         out.append(f"\n![theorem 1]({png.name})\n")
     return "".join(out)
 
 
-def _iteration_key(key: str) -> tuple[int, str]:
-    digits = "".join(ch for ch in key if ch.isdigit())
-    return (int(digits) if digits else 1 << 30, key)
+def _iteration_key(key: str) -> tuple[str, int, str]:
+    run, _, it = key.rpartition(" ")
+    digits = "".join(ch for ch in it if ch.isdigit())
+    return (run, int(digits) if digits else 1 << 30, key)
 
 
 def _slug(text: str) -> str:
@@ -578,6 +769,7 @@ def build_report(
     sections: list[Callable[[], str]] = [
         lambda: _inputs_section(inp),
         lambda: _table1_section(inp, out_dir, cfg, plots),
+        lambda: _curves_section(inp, out_dir, cfg, plots),
         lambda: _ablation_section(inp),
         lambda: _fidelity_section(inp, out_dir, cfg, plots),
         lambda: _judge_section(inp, out_dir, cfg, plots),
@@ -592,4 +784,11 @@ def build_report(
         parts.append("\n_matplotlib is not installed: plots skipped._\n")
     md = out_dir / REPORT_NAME
     md.write_text("\n".join(parts), encoding="utf-8")
-    return ReportResult(markdown=md, plots=plots, inputs=dict(inp.status))
+    made = {p.name for p in plots}
+    placeholders = [
+        png
+        for name in PLOTS
+        if name not in made
+        and (png := _placeholder(out_dir / name, f"{name[:-4]}: {NOT_RUN}", cfg.dpi))
+    ]
+    return ReportResult(md, plots, dict(inp.status), placeholders)

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from components.experience.format import (
+    STATE_FULL,
     SYSTEM_PROMPT,
     StepContext,
     history_pairs,
@@ -36,10 +37,16 @@ class PromptSettings:
     history_len: int = 2
     k: int = 3
     with_reasoning: bool = True
+    state_target: str = STATE_FULL  # format.STATE_TARGETS: whole next state or its changes
 
     def as_dict(self) -> dict[str, Any]:
         """Plain data (saved next to the trained model)."""
-        return {"history_len": self.history_len, "k": self.k, "with_reasoning": self.with_reasoning}
+        return {
+            "history_len": self.history_len,
+            "k": self.k,
+            "with_reasoning": self.with_reasoning,
+            "state_target": self.state_target,
+        }
 
 
 @dataclass(frozen=True)
@@ -60,6 +67,7 @@ class ExperienceExample:
     retrieved_ids: tuple[str, ...] = ()
     retrieved_episodes: tuple[str, ...] = ()
     context: StepContext | None = field(default=None, repr=False)
+    state_target: str = STATE_FULL
 
     def with_retrieved(self, n: int) -> ExperienceExample:
         """The same example keeping only its ``n`` nearest retrieved transitions."""
@@ -68,7 +76,10 @@ class ExperienceExample:
         ctx = replace(self.context, retrieved=self.context.retrieved[:n])
         return replace(
             self,
-            messages=(self.messages[0], {"role": "user", "content": render_prompt(ctx)}),
+            messages=(
+                self.messages[0],
+                {"role": "user", "content": render_prompt(ctx, self.state_target)},
+            ),
             retrieved_ids=self.retrieved_ids[:n],
             retrieved_episodes=self.retrieved_episodes[:n],
             context=ctx,
@@ -99,13 +110,20 @@ def buffer_retriever(buffer: Any, env: str | None = None) -> Retriever:
 
 
 def settings_for(
-    history_len: int, k: int, *, no_history: bool, no_replay: bool, no_reasoning: bool
+    history_len: int,
+    k: int,
+    *,
+    no_history: bool,
+    no_replay: bool,
+    no_reasoning: bool,
+    state_target: str = STATE_FULL,
 ) -> PromptSettings:
     """Prompt settings after the ablation switches."""
     return PromptSettings(
         history_len=0 if no_history else history_len,
         k=0 if no_replay else k,
         with_reasoning=not no_reasoning,
+        state_target=state_target,
     )
 
 
@@ -186,7 +204,9 @@ def _example(
         retrieved=tuple(retrieved),
     )
     trace = (reasoning or {}).get(step.id) if settings.with_reasoning else None
-    answer = render_answer(step.next_state, step.reward, trace)
+    answer = render_answer(
+        step.next_state, step.reward, trace, state=step.state, state_target=settings.state_target
+    )
     return ExperienceExample(
         id=step.id,
         episode_id=traj.episode_id,
@@ -194,7 +214,7 @@ def _example(
         step_index=i,
         messages=(
             {"role": "system", "content": SYSTEM_PROMPT},
-            {"role": "user", "content": render_prompt(ctx)},
+            {"role": "user", "content": render_prompt(ctx, settings.state_target)},
         ),
         answer=answer,
         state=step.state,
@@ -205,6 +225,7 @@ def _example(
         retrieved_ids=tuple(t.id for t in retrieved),
         retrieved_episodes=tuple(t.episode_id for t in retrieved),
         context=ctx,
+        state_target=settings.state_target,
     )
 
 

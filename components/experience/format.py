@@ -33,6 +33,16 @@ _ANSWER_WITHOUT = re.compile(
     re.DOTALL,
 )
 _TAG = re.compile(r"</?(think|state|reward)>")
+# a state line "Key: value" (TextWorld's compact states, ScienceWorld's sections)
+_KEYED = re.compile(r"\A(?P<key>[A-Z][A-Za-z ]{0,30}):")
+
+# What <state> holds: the whole next state, or only its changed "Key: value" lines (a
+# tiny model copies four lines badly but learns which one changes quickly; measured in
+# bench/results/experience_model_choice.json). Decoding is exact, never a guess.
+STATE_FULL = "full"
+STATE_DELTA = "delta"
+STATE_TARGETS = (STATE_FULL, STATE_DELTA)
+UNCHANGED = "unchanged"
 
 
 class MalformedOutputError(ValueError):
@@ -59,32 +69,111 @@ class StepContext:
     retrieved: tuple[Transition, ...] = ()
 
 
-def render_prompt(ctx: StepContext) -> str:
+def _keyed_lines(state: str) -> list[tuple[str, str]] | None:
+    """(key, line) per line when every line is "Key: value" with unique keys, else None."""
+    lines = state.strip().splitlines()
+    keys = [m.group("key") if (m := _KEYED.match(ln)) else None for ln in lines]
+    if not lines or None in keys or len(set(keys)) != len(keys):
+        return None
+    return list(zip(keys, lines, strict=True))  # type: ignore[arg-type]
+
+
+def encode_state(state: str, next_state: str, target: str = STATE_FULL) -> str:
+    """What <state> holds for ``next_state``: all of it, or the lines that differ.
+
+    A delta needs both states keyed line by line with the same keys in the same order;
+    otherwise (and for ``full``) the whole next state is written.
+    """
+    if target == STATE_FULL:
+        return next_state.strip()
+    _check_target(target)
+    before, after = _keyed_lines(state), _keyed_lines(next_state)
+    if before is None or after is None or [k for k, _ in before] != [k for k, _ in after]:
+        return next_state.strip()
+    changed = [new for (_, old), (_, new) in zip(before, after, strict=True) if old != new]
+    return "\n".join(changed) if changed else UNCHANGED
+
+
+def decode_state(state: str, predicted: str, target: str = STATE_FULL) -> str:
+    """The full next state from what <state> holds (inverse of ``encode_state``).
+
+    Delta lines replace the current state's lines with the same key. A prediction with a
+    key the current state lacks is a whole state when it covers every line; anything
+    else is malformed (never guessed).
+    """
+    predicted = predicted.strip()
+    if target == STATE_FULL:
+        return predicted
+    _check_target(target)
+    if predicted == UNCHANGED:
+        return state.strip()
+    before, delta = _keyed_lines(state), _keyed_lines(predicted)
+    if before is None or delta is None:
+        return predicted  # an unkeyed state is always written whole
+    current = dict(before)
+    unknown = [k for k, _ in delta if k not in current]
+    if unknown:
+        if len(delta) >= len(before):
+            return predicted
+        raise MalformedOutputError(f"delta line for {unknown[0]!r}, not in the current state")
+    current.update(delta)
+    return "\n".join(current[k] for k, _ in before)
+
+
+def _check_target(target: str) -> None:
+    if target not in STATE_TARGETS:
+        raise ValueError(f"unknown state target {target!r}; known: {STATE_TARGETS}")
+
+
+def _changes_since(result: str, state: str, target: str) -> str:
+    """A history step's result as shown in the prompt (delta: how it differs from now)."""
+    if target == STATE_FULL:
+        return result
+    diff = encode_state(state, result, target)
+    return "same as the current state" if diff == UNCHANGED else diff
+
+
+def render_prompt(ctx: StepContext, state_target: str = STATE_FULL) -> str:
     """The user message for one step (history and retrieved sections only when present)."""
     parts = [f"Task: {ctx.instruction}"]
     if ctx.retrieved:
+        label = "next state" if state_target == STATE_FULL else "changes"
         examples = "\n".join(
-            f"- state: {t.state}\n  action: {t.action}\n  next state: {t.next_state}\n"
+            f"- state: {t.state}\n  action: {t.action}\n"
+            f"  {label}: {encode_state(t.state, t.next_state, state_target)}\n"
             f"  reward: {t.reward}"
             for t in ctx.retrieved
         )
         parts.append(f"Similar past transitions:\n{examples}")
     if ctx.history:
-        steps = "\n".join(f"- action: {a}\n  result: {s}" for a, s in ctx.history)
+        steps = "\n".join(
+            f"- action: {a}\n  result: {_changes_since(s, ctx.state, state_target)}"
+            for a, s in ctx.history
+        )
         parts.append(f"Recent history:\n{steps}")
     parts.append(f"Current state:\n{ctx.state}")
     parts.append(f"Action: {ctx.action}")
     return "\n\n".join(parts)
 
 
-def render_answer(next_state: str, reward: int, reasoning: str | None) -> str:
+def render_answer(
+    next_state: str,
+    reward: int,
+    reasoning: str | None,
+    *,
+    state: str = "",
+    state_target: str = STATE_FULL,
+) -> str:
     """The training target for one step (``reasoning=None``: the w/o-reasoning ablation)."""
     think = f"<think>{reasoning.strip()}</think>" if reasoning is not None else ""
-    return f"{think}<state>{next_state.strip()}</state><reward>{int(reward)}</reward>"
+    body = encode_state(state, next_state, state_target)
+    return f"{think}<state>{body}</state><reward>{int(reward)}</reward>"
 
 
-def parse_answer(text: str, with_reasoning: bool = True) -> Prediction:
-    """Parse an answer strictly; raises MalformedOutputError naming the problem."""
+def parse_answer(
+    text: str, with_reasoning: bool = True, *, state: str = "", state_target: str = STATE_FULL
+) -> Prediction:
+    """Parse an answer strictly (a delta is applied to ``state``); malformed raises."""
     match = (_ANSWER_WITH if with_reasoning else _ANSWER_WITHOUT).match(text)
     if match is None:
         raise MalformedOutputError(_diagnose(text, with_reasoning))
@@ -92,8 +181,8 @@ def parse_answer(text: str, with_reasoning: bool = True) -> Prediction:
     reward_text = groups["reward"].strip()
     if reward_text not in ("0", "1"):
         raise MalformedOutputError(f"reward must be 0 or 1, got {reward_text!r}")
-    state = groups["state"].strip()
-    if not state:
+    body = groups["state"].strip()
+    if not body:
         raise MalformedOutputError("empty <state>")
     for name in ("think", "state"):
         if groups.get(name) and _TAG.search(groups[name]):
@@ -101,7 +190,8 @@ def parse_answer(text: str, with_reasoning: bool = True) -> Prediction:
     reasoning = groups["think"].strip() if with_reasoning else None
     if with_reasoning and not reasoning:
         raise MalformedOutputError("empty <think>")
-    return Prediction(reasoning=reasoning, next_state=state, reward=int(reward_text))
+    next_state = decode_state(state, body, state_target)
+    return Prediction(reasoning=reasoning, next_state=next_state, reward=int(reward_text))
 
 
 def _diagnose(text: str, with_reasoning: bool) -> str:

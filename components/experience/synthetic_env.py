@@ -228,6 +228,7 @@ def prompt_settings(cfg: Config, meta: Mapping[str, Any] | None = None) -> Promp
         no_history=ab.no_history,
         no_replay=ab.no_replay,
         no_reasoning=ab.no_reasoning,
+        state_target=cfg.experience.state_target,
     )
 
 
@@ -394,7 +395,7 @@ class VectorSyntheticEnv:
         if missing:
             pending = list(missing.values())
             prompts = [initial_state_prompt(t, self._parent_state(t), t.family) for t in pending]
-            written = self._generate_parsed(prompts, parse_state, "init")
+            written = self._generate_parsed(prompts, lambda _, t: parse_state(t), "init")
             for task, (state, _) in zip(pending, written, strict=True):
                 if state is None:
                     state = self._parent_state(task)
@@ -439,8 +440,15 @@ class VectorSyntheticEnv:
             for i, hits in zip(live, retrieved, strict=True)
         ]
 
-        def parse(text: str) -> Prediction:
-            return parse_answer(text, with_reasoning=self.prompt.with_reasoning)
+        states = [self._episodes[i].state for i in live]
+
+        def parse(j: int, text: str) -> Prediction:
+            return parse_answer(
+                text,
+                with_reasoning=self.prompt.with_reasoning,
+                state=states[j],
+                state_target=self.prompt.state_target,
+            )
 
         predictions = self._generate_parsed(prompts, parse, "step")
         for i, (pred, resampled) in zip(live, predictions, strict=True):
@@ -481,20 +489,23 @@ class VectorSyntheticEnv:
         )
         return [
             {"role": "system", "content": SYSTEM_PROMPT},
-            {"role": "user", "content": render_prompt(ctx)},
+            {"role": "user", "content": render_prompt(ctx, self.prompt.state_target)},
         ]
 
     def _generate_parsed(
-        self, prompts: list[Messages], parse: Callable[[str], Any], what: str
+        self, prompts: list[Messages], parse: Callable[[int, str], Any], what: str
     ) -> list[tuple[Any, bool]]:
-        """(parsed or None, resampled) per prompt: one batched resample of malformed answers."""
+        """(parsed or None, resampled) per prompt: one batched resample of malformed answers.
+
+        ``parse(j, text)`` parses the answer to prompt ``j`` (a delta needs its state).
+        """
         suffix = "" if what == "step" else f"_{what}"  # step counters keep the short names
         t0 = time.perf_counter()
         texts = self.generate(prompts)
         self._seconds[f"generate_{what}"] += time.perf_counter() - t0
         if len(texts) != len(prompts):
             raise ValueError(f"generate returned {len(texts)} answers for {len(prompts)} prompts")
-        parsed = [self._try(parse, t, suffix) for t in texts]
+        parsed = [self._try(parse, j, t, suffix) for j, t in enumerate(texts)]
         bad = [j for j, p in enumerate(parsed) if p is None]
         if bad:
             self._counts[f"n_resampled{suffix}"] += len(bad)
@@ -502,13 +513,13 @@ class VectorSyntheticEnv:
             again = self.resample([prompts[j] for j in bad])
             self._seconds[f"resample_{what}"] += time.perf_counter() - t0
             for j, text in zip(bad, again, strict=True):
-                parsed[j] = self._try(parse, text, suffix)
+                parsed[j] = self._try(parse, j, text, suffix)
         resampled = set(bad)
         return [(p, j in resampled) for j, p in enumerate(parsed)]
 
-    def _try(self, parse: Callable[[str], Any], text: str, suffix: str) -> Any:
+    def _try(self, parse: Callable[[int, str], Any], j: int, text: str, suffix: str) -> Any:
         try:
-            return parse(text)
+            return parse(j, text)
         except MalformedOutputError:
             self._counts[f"n_malformed{suffix}"] += 1
             return None

@@ -108,7 +108,22 @@ def torch_threads(n: int | None) -> Iterator[None]:
         torch.set_num_threads(old)
 
 
-class Generator:
+class CompletionBackend:
+    """What every backend shares: ``generate`` is the texts of its ``complete``."""
+
+    def complete(self, prompts: Sequence[Prompt], **decoding: Any) -> list[Completion]:
+        """Completions (text, tokens when known, finish reason) for ``prompts`` in order."""
+        raise NotImplementedError
+
+    def generate(self, prompts: Sequence[Prompt], **decoding: Any) -> list[str]:
+        """Completions for ``prompts`` in input order, each cut after the first stop string.
+
+        ``decoding``: max_new_tokens, temperature, top_p, stop, batch_size, seed.
+        """
+        return [c.text for c in self.complete(prompts, **decoding)]
+
+
+class Generator(CompletionBackend):
     """Batched generation with one model and tokenizer.
 
     ``fast=False`` selects the reference path. ``static_cache`` / ``compile`` choose the
@@ -151,32 +166,16 @@ class Generator:
             return "reference"
         return "static" if self.static_cache else "fast"
 
-    def generate(
-        self,
-        prompts: Sequence[Prompt],
-        *,
-        max_new_tokens: int = 256,
-        temperature: float = 0.0,
-        top_p: float = 1.0,
-        stop: Sequence[str] = DEFAULT_STOP,
-        batch_size: int = 8,
-        seed: int | None = None,
-    ) -> list[str]:
-        """Completions for ``prompts`` in input order, each cut after the first stop string."""
-        done = self.complete(
-            prompts,
-            max_new_tokens=max_new_tokens,
-            temperature=temperature,
-            top_p=top_p,
-            stop=stop,
-            batch_size=batch_size,
-            seed=seed,
-        )
-        return [c.text for c in done]
+    def complete(self, prompts: Sequence[Prompt], **decoding: Any) -> list[Completion]:
+        """Completions with token ids and (on request) logprobs; ``decoding``: see
+        ``complete_ids``."""
+        texts = render_prompts(self.tokenizer, prompts)
+        encoded = [self.tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts]
+        return self.complete_ids(encoded, **decoding)
 
-    def complete(
+    def complete_ids(
         self,
-        prompts: Sequence[Prompt],
+        encoded: Sequence[Sequence[int]],
         *,
         max_new_tokens: int = 256,
         temperature: float = 0.0,
@@ -186,18 +185,19 @@ class Generator:
         seed: int | None = None,
         logprobs: bool = False,
     ) -> list[Completion]:
-        """Like ``generate`` but with token ids, finish reasons and (on request) logprobs.
+        """Completions of already tokenised prompts, in input order.
 
-        ``logprobs`` are free on the fast path; the other paths score the answers with one
-        extra teacher-forced forward pass per batch (``score_tokens``).
+        Greedy at ``temperature`` 0, else sampled (nucleus ``top_p``; ``seed`` None draws
+        from torch's global RNG). ``logprobs`` are free on the fast path; the other paths
+        score the answers with one extra teacher-forced forward pass per batch
+        (``score_tokens``).
         """
         import torch
 
-        if not prompts:
+        if not encoded:
             return []
         stop = tuple(stop)
-        texts = render_prompts(self.tokenizer, prompts)
-        encoded = [self.tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts]
+        encoded = [list(e) for e in encoded]
         if self.path == "reference":
             batch_size = 1
         # longest first: similar lengths share a batch (less padding), OOM shows up at once

@@ -33,7 +33,14 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from components.lm.generate import DEFAULT_STOP, Completion, FinishReason, Prompt, cut_at_stop
+from components.lm.generate import (
+    DEFAULT_STOP,
+    Completion,
+    CompletionBackend,
+    FinishReason,
+    Prompt,
+    cut_at_stop,
+)
 from components.lm.retry import (
     MAX_RETRY_AFTER_S,
     Redactor,
@@ -88,7 +95,7 @@ class _Halted(Exception):
     """This request gave up because another one failed for good."""
 
 
-class OpenAIBackend:
+class OpenAIBackend(CompletionBackend):
     """``GenerationBackend`` over an OpenAI-compatible HTTP server."""
 
     def __init__(self, cfg: OpenAIBackendConfig, *, rng: random.Random | None = None) -> None:
@@ -119,28 +126,6 @@ class OpenAIBackend:
         """Close the HTTP client."""
         self._client.close()
 
-    def generate(
-        self,
-        prompts: Sequence[Prompt],
-        *,
-        max_new_tokens: int = 256,
-        temperature: float = 0.0,
-        top_p: float = 1.0,
-        stop: Sequence[str] = DEFAULT_STOP,
-        batch_size: int = 8,
-        seed: int | None = None,
-    ) -> list[str]:
-        """Completions for ``prompts`` in input order (``batch_size`` is the server's job)."""
-        done = self.complete(
-            prompts,
-            max_new_tokens=max_new_tokens,
-            temperature=temperature,
-            top_p=top_p,
-            stop=stop,
-            seed=seed,
-        )
-        return [c.text for c in done]
-
     def complete(
         self,
         prompts: Sequence[Prompt],
@@ -152,7 +137,8 @@ class OpenAIBackend:
         seed: int | None = None,
         **_: Any,
     ) -> list[Completion]:
-        """Like ``generate`` with finish reasons and the server's completion token counts."""
+        """Completions with finish reasons and the server's completion token counts
+        (``batch_size`` is ignored: batching is the server's job)."""
         if not prompts:
             return []
         stop = tuple(stop)

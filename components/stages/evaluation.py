@@ -24,6 +24,7 @@ log = logging.getLogger("dreamgym")
 
 JUDGE_METRICS = "judge.json"
 DRIFT_METRICS = "drift.json"
+DRIFT_INDEX = "drift.html"
 RECORDED_POLICY = "recorded-actions"
 
 
@@ -37,10 +38,41 @@ def reports_dir(paths: Paths) -> Path:
     return paths.root / "reports"
 
 
+def drift_reports_dir(paths: Paths) -> Path:
+    """The Evidently HTML report of every (synthetic run, iteration)."""
+    return reports_dir(paths) / "drift"
+
+
+def drift_index(paths: Paths) -> Path:
+    """The drift summary page linking the Evidently reports."""
+    return reports_dir(paths) / DRIFT_INDEX
+
+
+def prune_reports(result: dict[str, Any]) -> None:
+    """Keep the Evidently HTML of the first, the last and every flagged iteration only.
+
+    One report is about 4 MB (Evidently embeds its JavaScript): all of them for 20
+    iterations x 2 algorithms would put 160 MB per run into the DVC cache and MLflow; the
+    metrics of every iteration stay in drift.json and the summary page.
+    """
+    its = result["iterations"]
+    keys = list(its)
+    for i, key in enumerate(keys):
+        r = its[key]
+        if r.get("html") and not r.get("drifted") and 0 < i < len(keys) - 1:
+            Path(r["html"]).unlink(missing_ok=True)
+            r["html"] = None
+            r["report_note"] = "not kept (no drift; first, last and flagged iterations are)"
+
+
 def replay_recorded_actions(
     cfg: Config, paths: Paths, variant: str, episodes: list[Trajectory]
-) -> list[Trajectory]:
-    """Synthetic trajectories of ``episodes``' recorded actions under one model variant."""
+) -> tuple[list[Trajectory], dict[str, float]]:
+    """Synthetic trajectories of ``episodes``' recorded actions under one variant + env stats.
+
+    An episode whose first answer is malformed twice ends with no transition and yields
+    no trajectory; the stats (``n_failed_malformed``, ``malformed_rate`` ...) count it.
+    """
     from components.experience.dataset import PromptSettings
     from components.experience.sft import load_meta
     from components.experience.synthetic_env import (
@@ -79,7 +111,8 @@ def replay_recorded_actions(
             break
         venv.step(actions)
         depth += 1
-    return venv.trajectories(policy=RECORDED_POLICY, iteration=0, checkpoint=variant)
+    trajectories = venv.trajectories(policy=RECORDED_POLICY, iteration=0, checkpoint=variant)
+    return trajectories, venv.metrics()
 
 
 def judge(cfg: Config, paths: Paths) -> dict[str, Any]:
@@ -98,15 +131,23 @@ def judge(cfg: Config, paths: Paths) -> dict[str, Any]:
     variants = [v for v in VARIANTS if model_dir(paths, v).exists()]
     env = make_env(cfg.env, paths.root) if cfg.judge.backend == "grounded" else None
     summaries: dict[str, Any] = {}
+    replayed: dict[str, dict[str, Any]] = {}
     data = {"trajectories": paths.trajectories_file}
     with stage_run("judge", "evaluation", cfg, ("judge", "synthetic"), paths.root, data) as run:
         try:
             scorer = make_judge(cfg.judge, env, tasks)
             for variant in variants:
-                synthetic = replay_recorded_actions(cfg, paths, variant, episodes)
+                synthetic, env_stats = replay_recorded_actions(cfg, paths, variant, episodes)
                 out = run_judge(scorer, synthetic, cfg.judge.n_trajectories, cfg.judge.seed)
                 summaries[variant] = out.summary
+                # a variant whose answers are all malformed has nothing to judge: say so
+                replayed[variant] = {
+                    "n_episodes": len(episodes),
+                    "n_without_transition": len(episodes) - len(synthetic),
+                    "malformed_rate": env_stats.get("malformed_rate", 0.0),
+                }
                 run.log_dict(out.rows, f"judge/{variant}/rows.json")
+                run.log_dict(env_stats, f"judge/{variant}/synthetic_env.json")
         finally:
             if env is not None:
                 env.close()
@@ -114,6 +155,8 @@ def judge(cfg: Config, paths: Paths) -> dict[str, Any]:
             if close is not None:
                 close()
         table, markdown = compare_variants(summaries)
+        for variant, extra in replayed.items():
+            table[variant].update(extra)
         run.log_text(markdown, "judge/variants.md")
         run.log_metrics({f"{v}.{k}": x for v, m in table.items() for k, x in numbers(m).items()})
     write_json(paths.metrics / JUDGE_METRICS, table)
@@ -123,7 +166,12 @@ def judge(cfg: Config, paths: Paths) -> dict[str, Any]:
 
 def drift(cfg: Config, paths: Paths) -> dict[str, Any]:
     """Stage drift: real vs synthetic transitions per iteration (Evidently HTML + flags)."""
-    from components.evaluation.drift import drift_by_iteration, drift_metrics, make_drift_embedder
+    from components.evaluation.drift import (
+        drift_by_iteration,
+        drift_metrics,
+        index_html,
+        make_drift_embedder,
+    )
     from components.tracking import stage_run
 
     real = [
@@ -135,8 +183,10 @@ def drift(cfg: Config, paths: Paths) -> dict[str, Any]:
     files = sorted(synthetic_dir(paths).glob("*.jsonl"))
     if not files:
         raise FileNotFoundError(f"no synthetic trajectories in {synthetic_dir(paths)}")
-    out_dir = reports_dir(paths) / "drift"
+    out_dir = drift_reports_dir(paths)
+    out_dir.mkdir(parents=True, exist_ok=True)  # a DVC output even when no report is kept
     metrics: dict[str, Any] = {}
+    results: dict[str, Any] = {}
     data = {f"synthetic_{f.stem}": f for f in files}
     with stage_run("drift", "evaluation", cfg, ("drift",), paths.root, data) as run:
         for f in files:
@@ -148,10 +198,18 @@ def drift(cfg: Config, paths: Paths) -> dict[str, Any]:
                 out_dir / f.stem,
                 embedder=make_drift_embedder(cfg.drift),
             )
+            prune_reports(result)
+            results[f.stem] = result
             metrics[f.stem] = {"drifted": result["drifted"], **drift_metrics(result)}
             for html in sorted((out_dir / f.stem).glob("*.html")):
                 run.log_artifact(html, f"drift/{f.stem}")
+        index = drift_index(paths)
+        index_html(results, index, cfg.drift.drift_share)
+        run.log_artifact(index, "drift")
         run.log_dict(metrics, "drift/summary.json")
+        run.log_metrics(metrics)  # per run and iteration: drift_share, n_drifted (numbers)
+        flagged = ",".join(k for k, m in metrics.items() if m["drifted"])
+        run.set_tags({"drift.flagged": flagged or "none"})
     write_json(paths.metrics / DRIFT_METRICS, metrics)
     flagged = [k for k, m in metrics.items() if m["drifted"]]
     log.info("drift: %s", f"flagged for {flagged}" if flagged else "no drift flagged")

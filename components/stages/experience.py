@@ -82,6 +82,7 @@ def prompt_settings(cfg: Config, variant: str = "full") -> PromptSettings:
         no_history=cfg.ablation.no_history or variant == "no_history",
         no_replay=cfg.ablation.no_replay or variant == "no_replay",
         no_reasoning=cfg.ablation.no_reasoning or _checked(variant) == "no_reasoning",
+        state_target=cfg.experience.state_target,
     )
 
 

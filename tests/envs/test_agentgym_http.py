@@ -7,15 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from components.config import (
-    AgentGymConfig,
-    CollectConfig,
-    Config,
-    EnvConfig,
-    TaskFamilyConfig,
-    TasksConfig,
-)
-from components.data.collect import collect
+from components.config import AgentGymConfig, Config, EnvConfig
 from components.envs import generate_task_suite, make_env
 from components.envs.agentgym_http import (
     AlfWorldHttpEnv,
@@ -24,7 +16,8 @@ from components.envs.agentgym_http import (
     WebShopHttpEnv,
 )
 from components.envs.base import ADMISSIBLE, LOST, VALID, WON, EnvError
-from components.schema import Task, Trajectory, read_jsonl
+from components.schema import Task
+from tests.envs.common import collected, env_config, served_env
 from tests.fakes.agentgym_server import serve
 
 pytestmark = pytest.mark.integration
@@ -51,13 +44,10 @@ def _config(name: str, url: str | None = None, splits=None) -> Config:
         splits=splits or {"train": (0, 2), "validation": (2, 3), "test": (3, 4)},
         **FAST,
     )
-    return Config(
-        profile="ci",
-        env=EnvConfig(name=name, max_steps=8, agentgym=ag),
-        tasks=TasksConfig(families=(TaskFamilyConfig(name="quest", n_games=2),)),
-        collect=CollectConfig(
-            episodes={"expert": 1, "random": 1}, p_invalid=0.2, splits=("train",), workers=1
-        ),
+    return env_config(
+        EnvConfig(name=name, max_steps=8, agentgym=ag),
+        episodes={"expert": 1, "random": 1},
+        p_invalid=0.2,
     )
 
 
@@ -71,114 +61,92 @@ ALFWORLD_WIN = [
 
 
 def test_webshop_episode_through_the_protocol():
-    with serve("webshop") as server:
-        env = WebShopHttpEnv(server.url, max_steps=8, **FAST)
-        try:
-            obs, info = env.reset(_task("webshop", 1))  # session 1 wants a blue mug
-            assert "Find me a blue mug" in obs and obs.splitlines()[0] == "WebShop"
-            assert env.instruction().startswith("Find me a blue mug")
-            assert any(a.startswith("search[") for a in info[ADMISSIBLE])
-            rewards = []
-            for action in WEBSHOP_WIN:
-                obs, reward, terminated, _truncated, info = env.step(action)
-                assert info[VALID]
-                rewards.append(reward)
-            assert rewards == [0, 0, 0, 1] and terminated and info[WON]
-            # partial credit (wrong color) is not a success
-            env.reset(_task("webshop", 1))
-            for action in ["search[mug]", "click[b0001]", "click[red]", "click[buy now]"]:
-                _, reward, terminated, _, info = env.step(action)
-            assert reward == 0 and terminated and info[LOST] and info["server_reward"] == 0.5
-            # an unknown clickable is invalid (the server performs nothing)
-            env.reset(_task("webshop", 1))
-            _, _, _, _, info = env.step("click[nothing here]")
-            assert not info[VALID]
-        finally:
-            env.close()
+    with served_env("webshop", WebShopHttpEnv, max_steps=8, **FAST) as (_, env):
+        obs, info = env.reset(_task("webshop", 1))  # session 1 wants a blue mug
+        assert "Find me a blue mug" in obs and obs.splitlines()[0] == "WebShop"
+        assert env.instruction().startswith("Find me a blue mug")
+        assert any(a.startswith("search[") for a in info[ADMISSIBLE])
+        rewards = []
+        for action in WEBSHOP_WIN:
+            obs, reward, terminated, _truncated, info = env.step(action)
+            assert info[VALID]
+            rewards.append(reward)
+        assert rewards == [0, 0, 0, 1] and terminated and info[WON]
+        # partial credit (wrong color) is not a success
+        env.reset(_task("webshop", 1))
+        for action in ["search[mug]", "click[b0001]", "click[red]", "click[buy now]"]:
+            _, reward, terminated, _, info = env.step(action)
+        assert reward == 0 and terminated and info[LOST] and info["server_reward"] == 0.5
+        # an unknown clickable is invalid (the server performs nothing)
+        env.reset(_task("webshop", 1))
+        _, _, _, _, info = env.step("click[nothing here]")
+        assert not info[VALID]
 
 
 def test_alfworld_episode_and_replay():
-    with serve("alfworld") as server:
-        env = AlfWorldHttpEnv(server.url, max_steps=8, **FAST)
-        try:
-            _obs, info = env.reset(_task("alfworld", 1))
-            assert env.instruction() == "put a apple in cabinet 1."
-            assert "go to table 1" in info[ADMISSIBLE]
-            live = [env.step(a) for a in ALFWORLD_WIN]
-            assert [r[1] for r in live] == [0, 0, 0, 1] and live[-1][2]
-            got = env.replay(_task("alfworld", 1), ALFWORLD_WIN[:2], ALFWORLD_WIN[2])
-            assert got.observation == live[2][0] and got.info[ADMISSIBLE] == live[2][4][ADMISSIBLE]
-            _, _, _, _, info = env.step("fly to the moon")
-            assert not info[VALID]
-        finally:
-            env.close()
+    with served_env("alfworld", AlfWorldHttpEnv, max_steps=8, **FAST) as (_, env):
+        _obs, info = env.reset(_task("alfworld", 1))
+        assert env.instruction() == "put a apple in cabinet 1."
+        assert "go to table 1" in info[ADMISSIBLE]
+        live = [env.step(a) for a in ALFWORLD_WIN]
+        assert [r[1] for r in live] == [0, 0, 0, 1] and live[-1][2]
+        got = env.replay(_task("alfworld", 1), ALFWORLD_WIN[:2], ALFWORLD_WIN[2])
+        assert got.observation == live[2][0] and got.info[ADMISSIBLE] == live[2][4][ADMISSIBLE]
+        _, _, _, _, info = env.step("fly to the moon")
+        assert not info[VALID]
+        with pytest.raises(ValueError, match="before step 4"):  # the judge relies on it
+            env.replay(_task("alfworld", 1), ALFWORLD_WIN, "look")
 
 
 def test_webarena_wraps_actions_for_the_server_and_rewards_the_answer():
-    with serve("webarena") as server:
-        env = WebArenaHttpEnv(server.url, max_steps=8, **FAST)
-        try:
-            obs, info = env.reset(_task("webarena", 2))
-            assert env.instruction() == "How many orders were placed today?"
-            assert info[ADMISSIBLE] is None  # open action space
-            obs, reward, terminated, _, info = env.step("click [7]")
-            assert info[VALID] and "PREVIOUS ACTION: click [7]" in obs and not terminated
-            _, _, _, _, info = env.step("dance [7]")
-            assert not info[VALID]
-            _, reward, terminated, _, info = env.step("stop [42]")
-            assert reward == 1 and terminated and info[WON]
-        finally:
-            env.close()
+    with served_env("webarena", WebArenaHttpEnv, max_steps=8, **FAST) as (_, env):
+        obs, info = env.reset(_task("webarena", 2))
+        assert env.instruction() == "How many orders were placed today?"
+        assert info[ADMISSIBLE] is None  # open action space
+        obs, reward, terminated, _, info = env.step("click [7]")
+        assert info[VALID] and "PREVIOUS ACTION: click [7]" in obs and not terminated
+        _, _, _, _, info = env.step("dance [7]")
+        assert not info[VALID]
+        _, reward, terminated, _, info = env.step("stop [42]")
+        assert reward == 1 and terminated and info[WON]
 
 
 def test_idempotent_requests_are_retried_on_500_and_timeouts():
-    with serve("alfworld") as server:
-        env = AlfWorldHttpEnv(server.url, max_steps=8, **FAST)
-        try:
-            env.reset(_task("alfworld"))
-            server.inject("/reset", status=500)
-            env.reset(_task("alfworld"))
-            assert server.requests["POST /reset"] == 3  # first reset, 500, retry
-            server.inject("/reset", delay=1.0)  # longer than the 0.5 s client timeout
-            obs, _ = env.reset(_task("alfworld"))
-            assert "Your task is to" in obs
-        finally:
-            env.close()
+    with served_env("alfworld", AlfWorldHttpEnv, max_steps=8, **FAST) as (server, env):
+        env.reset(_task("alfworld"))
+        server.inject("/reset", status=500)
+        env.reset(_task("alfworld"))
+        assert server.requests["POST /reset"] == 3  # first reset, 500, retry
+        server.inject("/reset", delay=1.0)  # longer than the 0.5 s client timeout
+        obs, _ = env.reset(_task("alfworld"))
+        assert "Your task is to" in obs
 
 
 def test_steps_are_never_retried_when_they_may_have_applied():
-    with serve("alfworld") as server:
-        env = AlfWorldHttpEnv(server.url, max_steps=8, **FAST)
-        try:
-            env.reset(_task("alfworld"))
-            server.inject("/step", status=500)
-            with pytest.raises(EnvError, match="HTTP 500"):
-                env.step("go to table 1")
-            assert server.requests["POST /step"] == 1 and server.applied_steps == 0
-            env.reset(_task("alfworld"))
-            server.inject("/step", delay=1.0)  # applied by the server, answer too late
-            with pytest.raises(EnvError, match="not retried"):
-                env.step("go to table 1")
-            assert server.requests["POST /step"] == 2 and server.applied_steps == 1
-            # 503 means "not processed": safe to retry, applied exactly once
-            env.reset(_task("alfworld"))
-            server.inject("/step", status=503)
-            _, _, _, _, info = env.step("go to table 1")
-            assert info[VALID] and server.applied_steps == 2
-        finally:
-            env.close()
+    with served_env("alfworld", AlfWorldHttpEnv, max_steps=8, **FAST) as (server, env):
+        env.reset(_task("alfworld"))
+        server.inject("/step", status=500)
+        with pytest.raises(EnvError, match="HTTP 500"):
+            env.step("go to table 1")
+        assert server.requests["POST /step"] == 1 and server.applied_steps == 0
+        env.reset(_task("alfworld"))
+        server.inject("/step", delay=1.0)  # applied by the server, answer too late
+        with pytest.raises(EnvError, match="not retried"):
+            env.step("go to table 1")
+        assert server.requests["POST /step"] == 2 and server.applied_steps == 1
+        # 503 means "not processed": safe to retry, applied exactly once
+        env.reset(_task("alfworld"))
+        server.inject("/step", status=503)
+        _, _, _, _, info = env.step("go to table 1")
+        assert info[VALID] and server.applied_steps == 2
 
 
 def test_application_errors_fail_at_once_and_dead_servers_after_retries():
-    with serve("alfworld") as server:
-        env = AlfWorldHttpEnv(server.url, max_steps=8, **FAST)
-        try:
-            with pytest.raises(EnvError, match="out of range"):
-                env.reset(_task("alfworld", 5000))
-            assert server.requests["POST /reset"] == 1  # {"error"} is not retried
-            url = server.url
-        finally:
-            env.close()
+    with served_env("alfworld", AlfWorldHttpEnv, max_steps=8, **FAST) as (server, env):
+        with pytest.raises(EnvError, match="out of range"):
+            env.reset(_task("alfworld", 5000))
+        assert server.requests["POST /reset"] == 1  # {"error"} is not retried
+        url = server.url
     dead = AlfWorldHttpEnv(url, max_steps=8, **FAST)  # the server is gone: refused
     with pytest.raises(EnvError, match="failed after 3 tries"):
         dead.reset(_task("alfworld"))
@@ -211,8 +179,7 @@ def test_task_suite_and_collection_through_the_adapter(tmp_path: Path):
         ]
         assert tasks[1].instruction == "put a apple in cabinet 1."
         assert (tmp_path / "tasks" / "tasks.jsonl").exists()
-        summary = collect(cfg, tasks, tmp_path / "raw", tmp_path, progress=False)
-        trajs = [t for p in (tmp_path / "raw").glob("*.jsonl") for t in read_jsonl(p, Trajectory)]
+        summary, trajs = collected(cfg, tasks, tmp_path / "raw")
         assert summary["n_trajectories"] == 4 == len(trajs)  # 2 train items x (expert, random)
         assert all(t.env == "alfworld" and t.steps for t in trajs)
         assert all(s.admissible_actions for t in trajs for s in t.steps)

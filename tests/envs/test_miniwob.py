@@ -2,24 +2,13 @@
 
 from __future__ import annotations
 
-import os
-import signal
 from pathlib import Path
 
 import pytest
 
-from components.config import (
-    CollectConfig,
-    Config,
-    EnvConfig,
-    MiniWoBConfig,
-    SplitCountsConfig,
-    TaskFamilyConfig,
-    TasksConfig,
-)
-from components.data.collect import collect
+from components.config import Config, EnvConfig, MiniWoBConfig, SplitCountsConfig
 from components.envs import make_env
-from components.envs.base import ADMISSIBLE, FEEDBACK, LOST, VALID, WON, EnvError
+from components.envs.base import ADMISSIBLE, FEEDBACK, LOST, VALID, WON
 from components.envs.miniwob_env import (
     DEFAULT_CHROME,
     DEFAULT_CHROMEDRIVER,
@@ -28,7 +17,13 @@ from components.envs.miniwob_env import (
     parse_action,
 )
 from components.envs.miniwob_tasks import SEED_RANGE, generate_task_suite
-from components.schema import Task, Trajectory, read_jsonl
+from components.schema import Task
+from tests.envs.common import (
+    assert_killed_engine_fails_the_episode,
+    assert_replay_matches_live,
+    collected,
+    env_config,
+)
 
 HAVE_BROWSER = Path(DEFAULT_CHROME).exists() and Path(DEFAULT_CHROMEDRIVER).exists()
 pytestmark = [
@@ -43,17 +38,7 @@ TASKS = ("enter-text", "login-user", "click-checkboxes", "navigate-tree", "searc
 
 def _config(tasks: tuple[str, ...] = TASKS) -> Config:
     mw = MiniWoBConfig(task_names=tasks, seeds=SplitCountsConfig(train=1, validation=1, test=1))
-    return Config(
-        profile="ci",
-        env=EnvConfig(name="miniwob", max_steps=10, miniwob=mw),
-        tasks=TasksConfig(families=(TaskFamilyConfig(name="quest", n_games=2),)),
-        collect=CollectConfig(
-            episodes={"expert": 1, "noisy": 1, "random": 1},
-            p_invalid=0.3,
-            splits=("train",),
-            workers=1,
-        ),
-    )
+    return env_config(EnvConfig(name="miniwob", max_steps=10, miniwob=mw))
 
 
 @pytest.fixture(scope="module")
@@ -124,16 +109,10 @@ def test_replay_in_a_fresh_browser_equals_live_stepping(env: MiniWoBEnv, suite: 
     env.reset(task)
     actions = [task.walkthrough[0], "click [999]", *task.walkthrough[1:]]
     live = [env.step(a) for a in actions]
-    other = MiniWoBEnv(max_steps=10)
-    try:
-        for i in (0, 2, len(actions) - 1):
-            got = other.replay(task, actions[:i], actions[i])
-            obs, reward, terminated, truncated, info = live[i]
-            assert got.observation == obs  # same elements, same ids, same values
-            assert (got.reward, got.terminated, got.truncated) == (reward, terminated, truncated)
-            assert got.info[ADMISSIBLE] == info[ADMISSIBLE]
-    finally:
-        other.close()
+    # same elements, same ids, same values in a fresh browser
+    assert_replay_matches_live(
+        MiniWoBEnv(max_steps=10), task, actions, live, (0, 2, len(actions) - 1)
+    )
 
 
 def test_malformed_and_misdirected_actions_change_nothing(env: MiniWoBEnv, suite: list[Task]):
@@ -159,21 +138,9 @@ def test_killed_chromedriver_fails_the_episode_and_the_next_one_works(suite: lis
     task = _task(suite, "login-user")
     env = MiniWoBEnv(max_steps=10)
     try:
-        env.reset(task)
-        env.step(task.walkthrough[0])
-        pid = env.driver_pid
-        assert pid is not None
-        os.kill(pid, signal.SIGKILL)
-        with pytest.raises(EnvError):
-            env.step(task.walkthrough[1])
-        assert env.driver_pid is None
-        env.reset(task)  # a fresh browser
-        profile = env.profile_dir
+        assert_killed_engine_fails_the_episode(env, task, lambda: env.driver_pid)
+        profile = env.profile_dir  # the fresh browser's
         assert profile is not None
-        reward = 0
-        for action in task.walkthrough:
-            _, reward, terminated, _, _ = env.step(action)
-        assert reward == 1 and terminated
     finally:
         env.close()
     # nothing of this env's browser is left running, its profile dir is gone
@@ -192,8 +159,7 @@ def test_killed_chromedriver_fails_the_episode_and_the_next_one_works(suite: lis
 def test_collection_runs_on_miniwob(suite: list[Task], tmp_path: Path):
     cfg = _config(("enter-text", "click-checkboxes"))
     tasks = [t for t in suite if t.family in cfg.env.miniwob.task_names]
-    summary = collect(cfg, tasks, tmp_path, tmp_path, progress=False)
-    trajs = [t for p in tmp_path.glob("*.jsonl") for t in read_jsonl(p, Trajectory)]
+    summary, trajs = collected(cfg, tasks, tmp_path)
     assert summary["n_trajectories"] == 6 == len(trajs)  # 2 train tasks x 3 policies
     experts = [t for t in trajs if t.policy == "expert"]
     assert all(t.success for t in experts)

@@ -2,28 +2,23 @@
 
 from __future__ import annotations
 
-import os
 import shutil
-import signal
 from pathlib import Path
 
 import pytest
 
-from components.config import (
-    CollectConfig,
-    Config,
-    EnvConfig,
-    ScienceWorldConfig,
-    SplitCountsConfig,
-    TaskFamilyConfig,
-    TasksConfig,
-)
-from components.data.collect import collect
+from components.config import Config, EnvConfig, ScienceWorldConfig, SplitCountsConfig
 from components.envs import make_env
-from components.envs.base import ADMISSIBLE, FEEDBACK, LOST, VALID, WON, EnvError
+from components.envs.base import ADMISSIBLE, FEEDBACK, LOST, VALID, WON
 from components.envs.scienceworld_env import ScienceWorldEnv
 from components.envs.scienceworld_tasks import generate_task_suite
-from components.schema import Task, Trajectory, read_jsonl
+from components.schema import Task
+from tests.envs.common import (
+    assert_killed_engine_fails_the_episode,
+    assert_replay_matches_live,
+    collected,
+    env_config,
+)
 
 pytestmark = [
     pytest.mark.integration,
@@ -40,17 +35,7 @@ def _config(max_steps: int = 20) -> Config:
         variations=SplitCountsConfig(train=1, validation=1, test=1),
         max_admissible=MAX_ADMISSIBLE,
     )
-    return Config(
-        profile="ci",
-        env=EnvConfig(name="scienceworld", max_steps=max_steps, scienceworld=sw),
-        tasks=TasksConfig(families=(TaskFamilyConfig(name="quest", n_games=2),)),
-        collect=CollectConfig(
-            episodes={"expert": 1, "noisy": 1, "random": 1},
-            p_invalid=0.3,
-            splits=("train",),
-            workers=1,
-        ),
-    )
+    return env_config(EnvConfig(name="scienceworld", max_steps=max_steps, scienceworld=sw))
 
 
 @pytest.fixture(scope="module")
@@ -108,19 +93,9 @@ def test_replay_in_a_fresh_engine_equals_live_stepping(env: ScienceWorldEnv, sui
     task = _train(suite)
     env.reset(task)
     actions = [*task.walkthrough[:3], "look around", "pick up unicorn", task.walkthrough[3]]
-    live = []
-    for a in actions:
-        live.append(env.step(a))
+    live = [env.step(a) for a in actions]
     other = ScienceWorldEnv(max_steps=20, max_admissible=MAX_ADMISSIBLE)
-    try:
-        for i in (0, 3, len(actions) - 1):
-            got = other.replay(task, actions[:i], actions[i])
-            obs, reward, terminated, truncated, info = live[i]
-            assert got.observation == obs
-            assert (got.reward, got.terminated, got.truncated) == (reward, terminated, truncated)
-            assert got.info[ADMISSIBLE] == info[ADMISSIBLE]
-    finally:
-        other.close()
+    assert_replay_matches_live(other, task, actions, live, (0, 3, len(actions) - 1))
 
 
 def test_malformed_and_unknown_actions_leave_the_state(env: ScienceWorldEnv, suite: list[Task]):
@@ -135,30 +110,15 @@ def test_malformed_and_unknown_actions_leave_the_state(env: ScienceWorldEnv, sui
 
 
 def test_killed_jvm_fails_the_episode_and_the_next_one_works(suite: list[Task]):
-    task = _train(suite)
     env = ScienceWorldEnv(max_steps=20)
     try:
-        env.reset(task)
-        env.step(task.walkthrough[0])
-        pid = env.engine_pid
-        assert pid is not None
-        os.kill(pid, signal.SIGKILL)
-        with pytest.raises(EnvError):
-            env.step(task.walkthrough[1])
-        assert env.engine_pid is None  # the dead engine was dropped
-        env.reset(task)  # a fresh JVM
-        assert env.engine_pid not in (None, pid)
-        reward = 0
-        for action in task.walkthrough:
-            _, reward, terminated, _, _ = env.step(action)
-        assert reward == 1 and terminated
+        assert_killed_engine_fails_the_episode(env, _train(suite), lambda: env.engine_pid)
     finally:
         env.close()
 
 
 def test_collection_runs_on_scienceworld(suite: list[Task], tmp_path: Path):
-    summary = collect(_config(), suite, tmp_path, tmp_path, progress=False)
-    trajs = [t for p in tmp_path.glob("*.jsonl") for t in read_jsonl(p, Trajectory)]
+    summary, trajs = collected(_config(), suite, tmp_path)
     assert summary["n_trajectories"] == 3 == len(trajs)  # train split only
     assert {t.policy for t in trajs} == {"expert", "noisy", "random"}
     expert = next(t for t in trajs if t.policy == "expert")

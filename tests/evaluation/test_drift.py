@@ -152,3 +152,46 @@ def test_hashing_embedder_is_deterministic_and_unit_norm():
     assert np.allclose(np.linalg.norm(a[:2], axis=1), 1.0) and not a[2].any()
     assert np.array_equal(a[0], a[1])
     assert make_drift_embedder(DriftConfig(embedder="none")) is None
+
+
+def test_index_page_links_each_iteration_report_and_flags_drift(tmp_path: Path):
+    from components.evaluation.drift import index_html
+
+    report = tmp_path / "reports" / "drift" / "dreamgym_grpo" / "drift_iter1.html"
+    runs = {
+        "dreamgym_grpo": {
+            "drifted": True,
+            "iterations": {
+                "0": {"skipped": "fewer than 5 transitions on a side", "n_current": 3},
+                "1": {
+                    "drift_share": 0.75,
+                    "drifted": True,
+                    "n_current": 40,
+                    "html": str(report),
+                    "features": {"state_oov": {"drifted": True}, "reward": {"drifted": False}},
+                },
+            },
+        }
+    }
+    index = tmp_path / "reports" / "drift.html"
+    text = index_html(runs, index, threshold=0.5)
+    assert index.read_text() == text
+    assert "<h2>dreamgym_grpo: drift flagged</h2>" in text
+    assert "href='drift/dreamgym_grpo/drift_iter1.html'" in text  # relative: the dir moves
+    assert "<td>0.75</td><td>True</td><td>state_oov</td>" in text
+    assert "skipped: fewer than 5 transitions" in text
+
+
+def test_drift_stage_keeps_reports_of_first_last_and_flagged_iterations(tmp_path: Path):
+    from components.stages.evaluation import prune_reports
+
+    its = {}
+    for it, drifted in enumerate([False, False, True, False, False]):
+        html = tmp_path / f"drift_iter{it}.html"
+        html.write_text("<html>")
+        its[str(it)] = {"drift_share": 0.1, "drifted": drifted, "html": str(html)}
+    prune_reports({"iterations": its})
+    kept = sorted(p.name for p in tmp_path.glob("*.html"))
+    assert kept == ["drift_iter0.html", "drift_iter2.html", "drift_iter4.html"]
+    assert its["1"]["html"] is None and "not kept" in its["1"]["report_note"]
+    assert its["2"]["html"] == str(tmp_path / "drift_iter2.html")

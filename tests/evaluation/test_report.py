@@ -7,7 +7,7 @@ import re
 from pathlib import Path
 
 from components.config import ReportConfig
-from components.evaluation.report import METRIC_FILES, NOT_RUN, build_report
+from components.evaluation.report import METRIC_FILES, NOT_RUN, PLOTS, build_report
 from components.evaluation.theorem1 import IterationTerms, write_theorem1
 
 CFG = ReportConfig(dpi=40, paper_reference=False)
@@ -23,7 +23,10 @@ def test_empty_metrics_dir_marks_every_input_not_run(tmp_path):
     res = build_report(tmp_path / "metrics", tmp_path / "reports", CFG)
     text = res.markdown.read_text()
     assert res.markdown == tmp_path / "reports" / "report.md"
-    assert res.plots == [] and set(res.inputs) == set(METRIC_FILES)
+    assert res.plots == [] and set(res.inputs) == {*METRIC_FILES, "history/*.jsonl"}
+    # every plot the DVC stage lists is written, as a placeholder that is not linked
+    assert [x.name for x in res.placeholders] == list(PLOTS)
+    assert all(x.read_bytes()[:8] == PNG and f"]({x.name})" not in text for x in res.placeholders)
     assert all(v == NOT_RUN for v in res.inputs.values())
     for name in ("table1.json", "fidelity.json", "judge.json", "drift.json", "theorem1.json"):
         assert f"_{name}: not run._" in text
@@ -125,9 +128,10 @@ def test_full_metrics_render_tables_and_plots(tmp_path):
         "drift.png",
         "fidelity.png",
         "judge.png",
-        "success_textworld.png",
+        "success.png",
         "theorem1.png",
     ]
+    assert [x.name for x in res.placeholders] == ["rl_curves.png"]  # no history: not run
     assert all(p.read_bytes()[:8] == PNG and p.parent == res.markdown.parent for p in res.plots)
     assert "| DreamGym GRPO | 40.0 | [25.0, 55.0] | 40 | 2 | 0 |" in text
     assert "| SFT | 25.0 | [10.0, 40.0] |" in text
@@ -149,3 +153,45 @@ def test_older_flat_fidelity_file_and_paper_reference(tmp_path):
     text = res.markdown.read_text()
     assert "| DreamGym (full) | 100 | 1.000 |" in text
     assert "| WebShop | 32.0/35.1/32.9 |" in text and "not measured here" in text
+
+
+def test_table1_as_the_stage_writes_it_with_paper_column_curves_and_run_drift(tmp_path):
+    m = tmp_path / "metrics"
+    row = {"success": 0.25, "ci_low": 0.1, "ci_high": 0.4, "episodes": 40, "seeds": 1}
+    # components/agent/table1.py: every method present, None when not evaluated
+    write(
+        m / "table1.json",
+        {"textworld": {"sft": {**row, "real_steps": 0}, "ppo_real": None, "s2r_grpo": None}},
+    )
+    rounds = [
+        {"iteration": 1, "success_rate": 0.2, "real_steps": 120, "rollout_seconds": 30},
+        {"iteration": 2, "success_rate": 0.4, "real_steps": 250, "rollout_seconds": 30},
+    ]
+    (m / "history").mkdir(parents=True)
+    (m / "history" / "grpo_real.jsonl").write_text(
+        "\n".join(json.dumps(r) for r in rounds) + "\n{torn"
+    )
+    synthetic = [{"iteration": i, "success_rate": 0.5, "real_steps": 0} for i in (1, 2, 3, 4)]
+    (m / "history" / "dreamgym_grpo.jsonl").write_text("\n".join(json.dumps(r) for r in synthetic))
+    # the drift stage: one group per synthetic run, then per iteration
+    write(
+        m / "drift.json",
+        {
+            "dreamgym_ppo": {
+                "drifted": True,
+                "iter_1": {"drift_share": 0.7, "drifted": True},
+                "iter_0": {"drift_share": 0.2, "drifted": False},
+            }
+        },
+    )
+    res = build_report(m, tmp_path / "r", ReportConfig(dpi=40, paper_reference=True))
+    text = res.markdown.read_text()
+    assert "| SFT | 25.0 | [10.0, 40.0] | 40 | 1 | 0 | 61.7/68.0/71.8 |" in text
+    assert "PPO (real env)" not in text.split("## RL training curves")[0]  # not evaluated
+    assert "| GRPO (real env) | 2 | 0.20 | 0.30 | 250 | 1.0 |" in text
+    assert "| DreamGym GRPO | 4 | 0.50 | 0.50 | 0 | 0.0 |" in text
+    assert res.inputs["history/grpo_real.jsonl"] == "ok (2 rounds), 1 bad lines"
+    assert text.index("| dreamgym_ppo iter_0 |") < text.index("| dreamgym_ppo iter_1 |")
+    assert "**Drift flagged** in dreamgym_ppo iter_1." in text
+    assert {x.name for x in res.plots} == {"success.png", "rl_curves.png", "drift.png"}
+    assert {x.name for x in res.placeholders} == {"fidelity.png", "judge.png", "theorem1.png"}

@@ -44,7 +44,12 @@ def test_train_then_evaluate_fidelity(tmp_path, trajectories, reasoning):
     trained = train_experience_model(cfg, paths)
     out = model_dir(paths)
     meta = json.loads((out / "experience_model.json").read_text())
-    assert meta["prompt"] == {"history_len": 2, "k": 0, "with_reasoning": True}
+    assert meta["prompt"] == {
+        "history_len": 2,
+        "k": 0,
+        "with_reasoning": True,
+        "state_target": cfg.experience.state_target,
+    }
     assert (out / "model.safetensors").exists() and (out / "tokenizer.json").exists()
     assert trained["train_steps"] == cfg.experience.max_steps
     assert not checkpoint_dir(paths).exists()  # finished runs leave no checkpoints behind

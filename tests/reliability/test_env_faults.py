@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from components.data.collect import collect, plan_episodes, story_file_problem
+from components.data.collect import collect, plan_episodes
 from components.envs.base import EnvError
-from components.envs.textworld_env import TextWorldEnv
+from components.envs.textworld_env import TextWorldEnv, story_file_problem
 from components.schema import Trajectory, read_jsonl
 from tests.integration.textworld_suite import Suite
 from tests.reliability.project import (
@@ -160,3 +160,43 @@ def test_corrupt_game_fails_its_episodes_not_the_run(tw_suite: Suite, tmp_path: 
 
 def _episodes_of(out: Path, task) -> list[Trajectory]:
     return [t for t in _episodes(out) if t.task_id == task.task_id]
+
+
+def test_textworld_env_refuses_a_corrupt_story_file_in_process(
+    tw_suite: Suite, tmp_path: Path
+) -> None:
+    """TextWorldEnv checks the story file before frotz loads it (frotz would exit(1) here)."""
+    import shutil
+
+    task = tw_suite.tasks[0]
+    env = TextWorldEnv(max_steps=tw_suite.cfg.env.max_steps, root=tw_suite.root)
+    source = env.resolve_game_file(task)
+    game = tmp_path / source.name
+    shutil.copy(source.with_suffix(".json"), game.with_suffix(".json"))
+    good = source.read_bytes()
+    broken = task.model_copy(update={"game_file": str(game)})
+    flipped = bytearray(good)
+    flipped[len(good) // 2] ^= 0xFF  # one garbled byte: the header checksum no longer adds up
+    cases = [
+        (good[: len(good) // 3], "truncated"),
+        (bytes(flipped), "checksum mismatch"),
+        (b"<html>not a game</html>" * 4, "not a Z-machine story file"),
+    ]
+    try:
+        for data, reason in cases:
+            game.write_bytes(data)
+            with pytest.raises(EnvError, match=reason):
+                env.reset(broken)  # this process would have died inside the interpreter
+        game.unlink()
+        with pytest.raises(EnvError, match="not found"):
+            env.reset(broken)
+        # the same env instance still plays a sound game to the end
+        game.write_bytes(good)
+        env.reset(broken)
+        done, reward = False, 0
+        while not done:
+            _, reward, terminated, truncated, _ = env.step(env.expert_action() or "look")
+            done = terminated or truncated
+        assert reward == 1
+    finally:
+        env.close()

@@ -320,9 +320,11 @@ def test_from_config_applies_the_ablations_and_the_models_own_prompt(tiny_lm, in
     ablated = cfg.model_copy(
         update={"ablation": AblationConfig(no_replay=True, no_history=True, no_reasoning=True)}
     )
-    assert prompt_settings(ablated) == SETTINGS.__class__(0, 0, False)
-    meta = {"prompt": {"history_len": 1, "k": 0, "with_reasoning": True}}
-    assert prompt_settings(cfg, meta) == SETTINGS.__class__(1, 0, True)
+    target = cfg.experience.state_target
+    assert prompt_settings(ablated) == SETTINGS.__class__(0, 0, False, target)
+    # a trained model's own prompt (its meta) wins over the config, state target included
+    meta = {"prompt": {"history_len": 1, "k": 0, "with_reasoning": True, "state_target": "full"}}
+    assert prompt_settings(cfg, meta) == SETTINGS.__class__(1, 0, True, "full")
     with pytest.raises(ValueError, match="buffer"):
         VectorSyntheticEnv.from_config(cfg, Generator(*tiny_lm), index)
     venv = VectorSyntheticEnv.from_config(ablated, Generator(*tiny_lm), index)

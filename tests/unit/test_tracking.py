@@ -50,6 +50,21 @@ def test_stage_run_logs_params_versions_metrics_nested_under_pipeline(tmp_path, 
     assert run.data.tags["mlflow.parentRunId"] == parent_id
     assert len(run.data.tags["mlflow.source.git.commit"]) in (40, len("unknown"))
     assert run.data.metrics == {"n": 3.0, "nested.rate": 0.5}
+    # nested: in the parent's experiment (the UI nests runs within one experiment)
+    assert run.info.experiment_id == mlflow.get_run(parent_id).info.experiment_id
+    assert run.data.tags["family"] == "data"
     exp = mlflow.get_experiment(run.info.experiment_id)
-    assert exp.name == "dreamgym-data"
+    assert exp.name == "dreamgym-pipeline"
     assert exp.artifact_location.startswith((tmp_path / "mlruns").as_uri())
+
+
+def test_stage_run_alone_goes_to_its_family_experiment(tmp_path, monkeypatch):
+    import mlflow
+
+    monkeypatch.delenv("DREAMGYM_PARENT_RUN_ID", raising=False)
+    cfg = load_config(ROOT / "params.yaml", profile="ci")
+    with stage_run("ingest", "data", cfg, ("ingest",), tmp_path) as run:
+        run_id = run.run_id
+    run = mlflow.get_run(run_id)
+    assert "mlflow.parentRunId" not in run.data.tags
+    assert mlflow.get_experiment(run.info.experiment_id).name == "dreamgym-data"

@@ -1,0 +1,109 @@
+"""What the real envs share: episode bookkeeping, the step limit and replay by prefix.
+
+Each env implements ``reset`` and ``_advance(action, limit)`` (one action; ``limit`` is the
+step limit that truncates the episode, None while a replay re-applies its prefix).
+``EpisodicEnv`` gives them ``step``, the running-episode check, ``history``,
+``admissible_actions`` and ``replay``: restore the state reached by an action prefix,
+then apply one action, exactly as live stepping would (the fidelity checks rely on it).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from components.envs.base import EnvError, StepResult
+from components.schema import Task
+
+Step = tuple[str, int, bool, bool, dict[str, Any]]
+NOT_RUNNING = "step() called before reset() or after the episode ended"
+_WS = re.compile(r"\s+")
+
+
+def collapse(text: str | None) -> str:
+    """``text`` on one line: whitespace runs (newlines too) become single spaces."""
+    return _WS.sub(" ", text or "").strip()
+
+
+def normalize_command(command: str) -> str:
+    """Canonical form of a command: lower case, single spaces (newlines would inject input)."""
+    return collapse(command).lower()
+
+
+class EpisodicEnv:
+    """Base of the real envs (subclasses: ``reset`` and ``_advance``)."""
+
+    # Deterministic envs continue the live episode when it already sits on a prefix of the
+    # replayed one (one step per call instead of a reset plus the whole prefix).
+    continue_replay = True
+
+    def __init__(self, max_steps: int) -> None:
+        if max_steps < 1:
+            raise ValueError("max_steps must be >= 1")
+        self.max_steps = max_steps
+        self._task: Task | None = None
+        self._history: list[str] = []
+        self._admissible: list[str] | None = []
+        self._done = True
+
+    def reset(self, task: Task, seed: int | None = None) -> tuple[str, dict[str, Any]]:
+        """Start an episode of ``task``."""
+        raise NotImplementedError
+
+    def _advance(self, action: str, limit: int | None) -> Step:
+        """Apply one action; truncate after ``limit`` steps (None: no limit)."""
+        raise NotImplementedError
+
+    def _replay_form(self, action: str) -> str:
+        """How the env records ``action`` in its history (to compare replay prefixes)."""
+        return action.strip()
+
+    def _require_running(self) -> Task:
+        """The running episode's task; RuntimeError before reset or after the end."""
+        if self._task is None or self._done:
+            raise RuntimeError(NOT_RUNNING)
+        return self._task
+
+    def step(self, action: str) -> Step:
+        """Apply ``action``; returns (observation, reward, terminated, truncated, info)."""
+        return self._advance(action, self.max_steps)
+
+    @property
+    def admissible_actions(self) -> list[str]:
+        """Admissible actions in the current state (empty once terminated or unknown)."""
+        return list(self._admissible or [])
+
+    @property
+    def history(self) -> list[str]:
+        """Actions applied since the last reset."""
+        return list(self._history)
+
+    def replay(self, task: Task, action_prefix: list[str], action: str) -> StepResult:
+        """Restore the state reached by ``action_prefix`` from reset, apply ``action``.
+
+        Replaces the current episode. ValueError when the prefix ends the episode before
+        ``action``; EnvError when the env itself fails.
+        """
+        prefix = [self._replay_form(a) for a in action_prefix]
+        n = len(self._history)
+        resume = (
+            self.continue_replay
+            and self._task is not None
+            and self._task.task_id == task.task_id
+            and not self._done
+            and self._history == prefix[:n]
+        )
+        if not resume:
+            self.reset(task)
+            n = 0
+        for i in range(n, len(prefix)):
+            self._replay_step(prefix[i], i, None)  # no step limit inside the prefix
+        return StepResult(*self._replay_step(action, len(prefix), self.max_steps))
+
+    def _replay_step(self, action: str, index: int, limit: int | None) -> Step:
+        try:
+            return self._advance(action, limit)
+        except EnvError:
+            raise
+        except RuntimeError as err:
+            raise ValueError(f"the prefix ends the episode before step {index}") from err

@@ -1,0 +1,60 @@
+"""The experience model's generation backend, chosen by the ``serving`` config section.
+
+``serving.backend = "local"`` loads ``serving.experience_model`` (a model directory, relative
+to the project root) with transformers and decodes with the fast batched ``Generator``;
+``"openai"`` sends the prompts to an OpenAI-compatible server (a vLLM server started with
+``--served-model-name <serving.experience_model>``) whose URL is in the environment
+variable named by ``serving.base_url_env``. Both answer ``generate(prompts, **decoding)``,
+so the synthetic env cannot tell them apart.
+
+A failed server request becomes an empty answer (``on_failure="empty"``): the synthetic
+env's strict parser counts it as malformed and resamples once, so a flaky server never
+crashes a run.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from components.config import SERVING_BACKENDS, ServingConfig
+
+if TYPE_CHECKING:
+    from components.lm.generate import CompletionBackend
+    from components.lm.openai_backend import OpenAIBackendConfig
+
+LOCAL, OPENAI = SERVING_BACKENDS
+
+
+def local_model_dir(serving: ServingConfig, root: Path) -> Path:
+    """The local experience model's directory (``experience_model`` resolved against root)."""
+    path = Path(serving.experience_model)
+    return path if path.is_absolute() else Path(root) / path
+
+
+def openai_backend_config(serving: ServingConfig) -> OpenAIBackendConfig:
+    """The server client's settings for the served experience model."""
+    from components.lm.openai_backend import OpenAIBackendConfig
+
+    return OpenAIBackendConfig(
+        model=serving.experience_model,
+        base_url_env=serving.base_url_env,
+        api_key_env=serving.api_key_env,
+        concurrency=serving.concurrency,
+        max_retries=serving.max_retries,
+        timeout_s=serving.timeout_s,
+        on_failure="empty",
+    )
+
+
+def experience_backend(serving: ServingConfig, root: Path) -> CompletionBackend:
+    """The backend that serves the experience model, as ``serving`` says."""
+    if serving.backend == OPENAI:
+        from components.lm.openai_backend import OpenAIBackend
+
+        return OpenAIBackend(openai_backend_config(serving))
+    from components.lm.generate import Generator
+    from components.lm.models import load_pretrained_dir
+
+    model, tokenizer = load_pretrained_dir(local_model_dir(serving, root))
+    return Generator(model, tokenizer)

@@ -1,0 +1,95 @@
+"""What the real-env test modules share: configs, collection, replay and crash checks."""
+
+from __future__ import annotations
+
+import os
+import signal
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from components.config import CollectConfig, Config, EnvConfig, TaskFamilyConfig, TasksConfig
+from components.data.collect import collect
+from components.envs.base import EnvError
+from components.schema import Task, Trajectory, read_jsonl
+from tests.fakes.agentgym_server import serve
+
+
+def env_config(
+    env: EnvConfig,
+    episodes: dict[str, int] | None = None,
+    p_invalid: float = 0.3,
+) -> Config:
+    """A ci Config around ``env``: train-split collection, one process, the given mix."""
+    return Config(
+        profile="ci",
+        env=env,
+        tasks=TasksConfig(families=(TaskFamilyConfig(name="quest", n_games=2),)),
+        collect=CollectConfig(
+            episodes=episodes or {"expert": 1, "noisy": 1, "random": 1},
+            p_invalid=p_invalid,
+            splits=("train",),
+            workers=1,
+        ),
+    )
+
+
+def collected(
+    cfg: Config, tasks: Sequence[Task], out: Path
+) -> tuple[dict[str, Any], list[Trajectory]]:
+    """Run collection into ``out``; (summary, every trajectory written)."""
+    summary = collect(cfg, list(tasks), out, out, progress=False)
+    return summary, [t for p in sorted(out.glob("*.jsonl")) for t in read_jsonl(p, Trajectory)]
+
+
+def assert_replay_matches_live(
+    fresh: Any, task: Task, actions: Sequence[str], live: Sequence[tuple], indices: Sequence[int]
+) -> None:
+    """``fresh.replay`` of each prefix gives what live stepping gave (a new engine)."""
+    from components.envs.base import ADMISSIBLE
+
+    try:
+        for i in indices:
+            got = fresh.replay(task, list(actions[:i]), actions[i])
+            obs, reward, terminated, truncated, info = live[i]
+            assert got.observation == obs
+            assert (got.reward, got.terminated, got.truncated) == (reward, terminated, truncated)
+            assert got.info[ADMISSIBLE] == info[ADMISSIBLE]
+    finally:
+        fresh.close()
+
+
+def assert_killed_engine_fails_the_episode(
+    env: Any, task: Task, pid_of: Callable[[], int | None]
+) -> None:
+    """Kill -9 the engine mid-episode: EnvError, the dead engine dropped, then a fresh
+    engine plays the walkthrough to a win."""
+    walkthrough = list(task.walkthrough or [])
+    env.reset(task)
+    env.step(walkthrough[0])
+    pid = pid_of()
+    assert pid is not None
+    os.kill(pid, signal.SIGKILL)
+    with pytest.raises(EnvError):
+        env.step(walkthrough[1])
+    assert pid_of() is None  # the dead engine was dropped
+    env.reset(task)  # a fresh engine
+    assert pid_of() not in (None, pid)
+    reward, terminated = 0, False
+    for action in walkthrough:
+        _, reward, terminated, _, _ = env.step(action)
+    assert reward == 1 and terminated
+
+
+@contextmanager
+def served_env(kind: str, env_cls: type, **kwargs: Any) -> Iterator[tuple[Any, Any]]:
+    """A fake AgentGym server of ``kind`` and an adapter env on it (closed afterwards)."""
+    with serve(kind) as server:
+        env = env_cls(server.url, **kwargs)
+        try:
+            yield server, env
+        finally:
+            env.close()
