@@ -18,7 +18,10 @@ from components.experience.format import (
 from tests.factories import make_trajectory
 
 STATE = "Location: Kitchen\nExits: north. On the table: an apple.\nInventory: nothing\nFeedback: -"
-TAKEN = "Location: Kitchen\nExits: north. Nothing is on the table.\nInventory: an apple\nFeedback: Taken."
+TAKEN = (
+    "Location: Kitchen\nExits: north. Nothing is on the table.\n"
+    "Inventory: an apple\nFeedback: Taken."
+)
 
 
 def test_delta_holds_only_changed_lines_and_decodes_back():
