@@ -200,7 +200,12 @@ def drift(cfg: Config, paths: Paths) -> dict[str, Any]:
             )
             prune_reports(result)
             results[f.stem] = result
-            metrics[f.stem] = {"drifted": result["drifted"], **drift_metrics(result)}
+            # an empty run (every answer malformed) says so instead of looking drift-free
+            metrics[f.stem] = {
+                "drifted": result["drifted"],
+                "n_synthetic": len(synthetic),
+                **drift_metrics(result),
+            }
             for html in sorted((out_dir / f.stem).glob("*.html")):
                 run.log_artifact(html, f"drift/{f.stem}")
         index = drift_index(paths)

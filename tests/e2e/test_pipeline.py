@@ -129,3 +129,29 @@ def test_bad_file_in_raw_is_quarantined_and_the_rest_kept(ran: Path):
     assert after["n_trajectories"] == before["n_trajectories"]
     report = json.loads((ran / "data" / "quarantine" / "report.json").read_text())
     assert report["reasons"] == {"invalid JSON": 1, "invalid UTF-8": 1}
+
+
+def test_table1_reports_every_method_with_its_real_steps(ran: Path):
+    from components.agent.table1 import METHODS
+
+    table = json.loads((ran / "metrics" / "table1.json").read_text())["textworld"]
+    assert set(table) == set(METHODS) and all(row is not None for row in table.values())
+    for method, row in table.items():
+        assert 0.0 <= row["ci_low"] <= row["success"] <= row["ci_high"] <= 1.0, method
+        assert row["episodes"] >= 1
+    assert table["dreamgym_grpo"]["real_steps"] == table["dreamgym_ppo"]["real_steps"] == 0
+    for algo in ("grpo", "ppo"):  # sim-to-real spends at most its fraction of the real budget
+        assert 0 < table[f"s2r_{algo}"]["real_steps"] <= table[f"{algo}_real"]["real_steps"]
+
+
+def test_report_judge_and_drift_are_written(ran: Path):
+    report = (ran / "reports" / "report.md").read_text()
+    assert "Table 1" in report and (ran / "reports" / "success.png").stat().st_size > 0
+    judge = json.loads((ran / "metrics" / "judge.json").read_text())
+    assert {"full", "no_reasoning", "no_history", "no_replay"} <= set(judge)
+    drift = json.loads((ran / "metrics" / "drift.json").read_text())
+    assert set(drift) == {"dreamgym_grpo", "dreamgym_ppo"}
+    for run in drift.values():  # the ci model may answer nothing parseable: then no iteration
+        iterations = [v for k, v in run.items() if k.startswith("iter_")]
+        assert isinstance(run["drifted"], bool) and (iterations or run["n_synthetic"] == 0)
+        assert all(0.0 <= it["drift_share"] <= 1.0 for it in iterations)
