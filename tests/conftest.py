@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
+
+from tests.fakes.openai_server import FakeOpenAIServer
 
 for _key, _value in {
     "HF_HUB_OFFLINE": "1",
@@ -26,3 +30,18 @@ def prefect_harness():
 
     with prefect_test_harness(server_startup_timeout=90):
         yield
+
+
+@pytest.fixture
+def fake_openai() -> Iterator[Callable[..., FakeOpenAIServer]]:
+    """Factory of started fake OpenAI-compatible servers (127.0.0.1); all stopped at teardown."""
+    servers: list[FakeOpenAIServer] = []
+
+    def start(**kwargs: Any) -> FakeOpenAIServer:
+        srv = FakeOpenAIServer(**kwargs).start()
+        servers.append(srv)
+        return srv
+
+    yield start
+    for srv in servers:
+        srv.stop()

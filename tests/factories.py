@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from components.schema import Provenance, Trajectory, Transition, stable_id
 
 
@@ -50,3 +52,44 @@ def make_trajectory(
         steps=steps,
         success=success,
     )
+
+
+def chain_lm(tok: Any) -> Any:
+    """A deterministic model: the next token is a fixed function of the last one.
+
+    One Llama layer with zeroed projections is an identity on the residual stream; with
+    one-hot embeddings and a permutation-like head, greedy decoding follows
+    <state> x </state> <reward> 0 </reward> y y y ... (never eos), and "z" -> eos.
+    """
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    vocab = len(tok)
+    model = LlamaForCausalLM(
+        LlamaConfig(
+            vocab_size=vocab,
+            hidden_size=vocab,
+            intermediate_size=8,
+            num_hidden_layers=1,
+            num_attention_heads=1,
+            num_key_value_heads=1,
+            tie_word_embeddings=False,
+            pad_token_id=tok.pad_token_id,
+            eos_token_id=tok.eos_token_id,
+        )
+    )
+    tag = {
+        t: tok.convert_tokens_to_ids(t) for t in ("<state>", "</state>", "<reward>", "</reward>")
+    }
+    x, zero, y, z = (tok(t, add_special_tokens=False)["input_ids"][0] for t in "x0yz")
+    chain = {tag["<state>"]: x, x: tag["</state>"], tag["</state>"]: tag["<reward>"]}
+    chain |= {tag["<reward>"]: zero, zero: tag["</reward>"], tag["</reward>"]: y}
+    chain |= {z: tok.eos_token_id}
+    with torch.no_grad():
+        for p in model.parameters():
+            p.zero_()
+        model.model.embed_tokens.weight.copy_(torch.eye(vocab))
+        model.model.norm.weight.fill_(1.0)
+        for t in range(vocab):
+            model.lm_head.weight[chain.get(t, y), t] = 1.0
+    return model.eval()

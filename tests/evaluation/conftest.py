@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,7 +18,6 @@ from components.config import (
     TasksConfig,
 )
 from components.schema import Provenance, Task, Trajectory, Transition, stable_id
-from tests.fakes.openai_server import FakeOpenAIServer
 
 KEY_ENV = "DREAMGYM_TEST_JUDGE_KEY"
 SENTINEL_KEY = "sk-SENTINEL-judge-key-0123456789abcdef"
@@ -145,18 +143,3 @@ def api_key(monkeypatch: pytest.MonkeyPatch) -> str:
     """The sentinel key exported in the judge's key variable."""
     monkeypatch.setenv(KEY_ENV, SENTINEL_KEY)
     return SENTINEL_KEY
-
-
-@pytest.fixture
-def fake_openai() -> Iterator[Callable[..., FakeOpenAIServer]]:
-    """Factory of started fake servers; all stopped at teardown."""
-    servers: list[FakeOpenAIServer] = []
-
-    def start(**kwargs: Any) -> FakeOpenAIServer:
-        srv = FakeOpenAIServer(**kwargs).start()
-        servers.append(srv)
-        return srv
-
-    yield start
-    for srv in servers:
-        srv.stop()

@@ -2,14 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from typing import Any
-
 import pytest
 
 from components.buffer.embedders import Embedder
 from components.config import Config, load_config
-from tests.fakes.openai_server import FakeOpenAIServer
 from tests.integration.textworld_suite import Suite, suite_config
 from tests.reliability.project import ROOT
 
@@ -28,21 +24,6 @@ def wordllama() -> Embedder:
     emb = WordLlamaEmbedder()
     emb.embed(["warm up"])
     return emb
-
-
-@pytest.fixture
-def fake_openai() -> Iterator[Callable[..., FakeOpenAIServer]]:
-    """Factory of started fake OpenAI servers; all stopped at teardown."""
-    servers: list[FakeOpenAIServer] = []
-
-    def start(**kwargs: Any) -> FakeOpenAIServer:
-        srv = FakeOpenAIServer(**kwargs).start()
-        servers.append(srv)
-        return srv
-
-    yield start
-    for srv in servers:
-        srv.stop()
 
 
 @pytest.fixture(scope="session")

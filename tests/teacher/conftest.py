@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -10,7 +9,6 @@ import pytest
 
 from components.config import Config, TeacherConfig, load_config
 from components.schema import Provenance, Trajectory, Transition, stable_id
-from tests.fakes.openai_server import FakeOpenAIServer
 
 ROOT = Path(__file__).resolve().parents[2]
 SENTINEL_KEY = "sk-SENTINEL-teacher-key-0123456789abcdef"
@@ -117,18 +115,3 @@ def api_key(monkeypatch: pytest.MonkeyPatch) -> str:
     """The sentinel API key, exported in the teacher's key variable."""
     monkeypatch.setenv(KEY_ENV, SENTINEL_KEY)
     return SENTINEL_KEY
-
-
-@pytest.fixture
-def fake_openai() -> Iterator[Callable[..., FakeOpenAIServer]]:
-    """Factory of started fake servers (FakeOpenAIServer kwargs); all stopped at teardown."""
-    servers: list[FakeOpenAIServer] = []
-
-    def start(**kwargs: Any) -> FakeOpenAIServer:
-        srv = FakeOpenAIServer(**kwargs).start()
-        servers.append(srv)
-        return srv
-
-    yield start
-    for srv in servers:
-        srv.stop()
