@@ -266,6 +266,13 @@ class ExperienceConfig(_Section):
     max_train_examples: int | None = Field(
         None, ge=1, description="seeded subset of train transitions (None = all)"
     )
+    min_success_share: float = Field(
+        0.0,
+        ge=0.0,
+        le=1.0,
+        description="with max_train_examples: at least this share of the subset are "
+        "reward-1 steps (as many as exist); 0 = a plain random subset",
+    )
     epochs: float = Field(1.0, gt=0, description="passes over the train examples")
     max_steps: int = Field(-1, description="optimizer steps (-1 = use epochs)")
     max_train_minutes: float | None = Field(

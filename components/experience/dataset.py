@@ -10,6 +10,7 @@ own episode (that would leak the answer).
 
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -132,13 +133,28 @@ def select_transitions(
     split: str,
     limit: int | None = None,
     seed: int = 0,
+    min_success_share: float = 0.0,
 ) -> list[tuple[Trajectory, int]]:
-    """(trajectory, step index) pairs of one split; a seeded random subset when ``limit``."""
+    """(trajectory, step index) pairs of one split; a seeded random subset when ``limit``.
+
+    ``min_success_share`` keeps at least that share of the subset on reward-1 steps (as
+    many as exist, never duplicated): success is ~5% of real steps, and a model that
+    never saw enough of it never predicts it, so the synthetic env never rewards.
+    """
     pairs = [(traj, i) for traj in trajectories if traj.split == split for i in range(traj.n_steps)]
-    if limit is not None and limit < len(pairs):
-        rng = random.Random(seed)
-        pairs = rng.sample(pairs, limit)
-    return pairs
+    if limit is None or limit >= len(pairs):
+        return pairs
+    rng = random.Random(seed)
+    if min_success_share <= 0:
+        return rng.sample(pairs, limit)
+    wins = [p for p in pairs if p[0].steps[p[1]].reward == 1]
+    rest = [p for p in pairs if p[0].steps[p[1]].reward != 1]
+    n_wins = min(len(wins), math.ceil(limit * min_success_share))
+    chosen = rng.sample(wins, n_wins) + rng.sample(rest, min(len(rest), limit - n_wins))
+    if len(chosen) < limit:  # too few others: fill with the remaining wins
+        chosen += rng.sample([p for p in wins if p not in chosen], limit - len(chosen))
+    rng.shuffle(chosen)
+    return chosen
 
 
 def build_examples(

@@ -181,7 +181,9 @@ def train_experience_model(cfg: Config, paths: Paths, variant: str = "full") -> 
     if reasoning is not None and not reasoning:
         raise FileNotFoundError(f"no annotations in {paths.annotations_file}: run annotate")
     retriever = open_retriever(cfg, paths, settings.k)
-    pairs = select_transitions(trajectories, "train", ecfg.max_train_examples, ecfg.seed)
+    pairs = select_transitions(
+        trajectories, "train", ecfg.max_train_examples, ecfg.seed, ecfg.min_success_share
+    )
     train, train_stats = build_examples(pairs, settings, reasoning, retriever)
     if variant == "full" and ecfg.task_gen_examples > 0:
         # the task-generation head shares the weights (curriculum variants, initial states)

@@ -13,6 +13,7 @@ from components.experience.dataset import (
 )
 from components.experience.format import parse_answer
 from tests.experience.conftest import pool_retriever
+from tests.factories import make_trajectory
 
 
 def _pool(trajectories):
@@ -112,3 +113,25 @@ def test_missing_reasoning_is_skipped_for_training_kept_for_evaluation(trajector
     assert len(evaluation) == len(pairs)
     with pytest.raises(ValueError, match="retriever"):
         build_examples(pairs, PromptSettings(k=1), reasoning)
+
+
+def test_min_success_share_keeps_the_rare_wins_in_a_subset() -> None:
+    # 10 episodes of 10 steps, one win each: 10% of the steps are reward 1
+    trajs = [make_trajectory(n_steps=10, idx=i) for i in range(10)]
+
+    def wins(pairs) -> int:
+        return sum(t.steps[i].reward for t, i in pairs)
+
+    plain = select_transitions(trajs, "train", limit=20, seed=0)
+    balanced = select_transitions(trajs, "train", limit=20, seed=0, min_success_share=0.25)
+    assert len(balanced) == 20 and len(set(map(_key, balanced))) == 20  # no duplicates
+    assert wins(balanced) == 5 and wins(plain) < 5
+    # asking for more wins than exist takes them all, and the subset stays full
+    greedy = select_transitions(trajs, "train", limit=20, seed=0, min_success_share=0.9)
+    assert wins(greedy) == 10 and len(set(map(_key, greedy))) == 20
+    # no limit: every step, whatever the share
+    assert len(select_transitions(trajs, "train", min_success_share=0.5)) == 100
+
+
+def _key(pair) -> str:
+    return pair[0].steps[pair[1]].id
