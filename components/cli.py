@@ -315,6 +315,16 @@ def drift(
     _run(stages.drift, params, profile, root)
 
 
+@app.command("theorem1")
+def theorem1(
+    params: ParamsOpt = Path(PARAMS_FILE), profile: ProfileOpt = None, root: RootOpt = Path(".")
+) -> None:
+    """Theorem-1 terms per DreamGym round (gains, KL, eps_R, eps_P) -> metrics/theorem1.json."""
+    from components.stages import theorem1 as stages
+
+    _run(stages.theorem1, params, profile, root)
+
+
 @app.command("report")
 def report(
     params: ParamsOpt = Path(PARAMS_FILE), profile: ProfileOpt = None, root: RootOpt = Path(".")

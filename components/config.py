@@ -629,6 +629,28 @@ class ReportConfig(_Section):
     paper_reference: bool = Field(True, description="add the paper's Table-1 numbers")
 
 
+class Theorem1Config(_Section):
+    """Theorem 1's terms per DreamGym RL round, measured (components/evaluation/theorem1.py)."""
+
+    snapshots: bool = Field(
+        True,
+        description="train_dreamgym keeps every round's policy weights (the real gains need "
+        "them; ~4 MB per round for the cpu policy, adapters only under LoRA)",
+    )
+    algos: list[Literal["grpo", "ppo"]] = Field(
+        default_factory=lambda: ["grpo", "ppo"], description="the DreamGym runs to measure"
+    )
+    split: Literal["train", "validation"] = Field(
+        "validation", description="real tasks of the real gains (never test: it stays held out)"
+    )
+    max_rounds: int | None = Field(
+        None, ge=2, description="measure the first N rounds only (None: every round)"
+    )
+    max_trajectories: int = Field(
+        16, ge=1, description="synthetic trajectories per round replayed for eps_R and eps_P"
+    )
+
+
 class PromotionConfig(_Section):
     """When a registered candidate model replaces the champion (components/evaluation)."""
 
@@ -663,6 +685,7 @@ class Config(_Section):
     judge: JudgeConfig = JudgeConfig()
     drift: DriftConfig = DriftConfig()
     report: ReportConfig = ReportConfig()
+    theorem1: Theorem1Config = Theorem1Config()
     promotion: PromotionConfig = PromotionConfig()
 
     def section(self, name: str) -> dict[str, Any]:

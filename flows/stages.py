@@ -24,7 +24,7 @@ from components.tracking import PARENT_RUN_ENV
 ACCELERATOR_TAG = "accelerator"
 DVC_FILE = "dvc.yaml"
 # stages that talk to simulators or APIs: transient failures are worth a retry
-IO_STAGES = frozenset({"generate_tasks", "collect", "annotate", "judge"})
+IO_STAGES = frozenset({"generate_tasks", "collect", "annotate", "judge", "theorem1"})
 # every dvc.yaml stage belongs to exactly one family (a test checks it)
 FAMILIES: dict[str, tuple[str, ...]] = {
     "data": ("generate_tasks", "collect", "ingest", "build_buffer", "annotate"),
@@ -37,7 +37,7 @@ FAMILIES: dict[str, tuple[str, ...]] = {
         "train_s2r",
         "evaluate_policy",
     ),
-    "evaluation": ("table1", "judge", "drift", "report"),
+    "evaluation": ("table1", "judge", "drift", "theorem1", "report"),
 }
 _PRODUCED = ("outs", "metrics", "plots")
 

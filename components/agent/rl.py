@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 from components.agent.policy_model import PolicyModel, TokenScores
-from components.agent.rollout import Episode
+from components.agent.rollout import Episode, RolloutBatch
 from components.config import RLAlgoConfig
 from components.schema import stable_id
 
@@ -271,6 +271,33 @@ def optimize(
     out["optimizer_steps"] = float(steps)
     out["train_turns"] = float(len(rows))
     return out
+
+
+def update_kl(
+    policy: PolicyModel, batch: RolloutBatch, temperature: float, max_rows: int = 256
+) -> float:
+    """KL(pi_old || pi_new) of the update just made, on the batch's sampled tokens.
+
+    The batch was sampled by pi_old (its logprobs are stored), so the unbiased k3
+    estimator needs only pi_new's logprobs of the same tokens. For a small update this is
+    also KL(pi_new || pi_old) to second order. At most ``max_rows`` turns (evenly spaced)
+    are scored, so the cost stays a fraction of the update's.
+    """
+    from components.evaluation.theorem1 import kl_estimate
+
+    rows = flatten(batch.episodes)
+    if not rows:
+        return 0.0
+    if len(rows) > max_rows:
+        stride = len(rows) / max_rows
+        rows = [rows[int(i * stride)] for i in range(max_rows)]
+    new = policy.completion_logprobs(
+        [r.prompt_ids for r in rows], [r.completion_ids for r in rows], temperature
+    )
+    old_flat = [x for r in rows for x in r.old_logprobs]
+    new_flat = [x for lp in new for x in lp]
+    # kl_estimate(p, q) = KL(p || q) from tokens sampled by p; here p = pi_old
+    return kl_estimate(old_flat, new_flat)
 
 
 def attach_reference(

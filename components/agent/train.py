@@ -9,6 +9,11 @@ decides where they go: the stages call components/tracking.py), and checkpoint e
 spent. A run that finds checkpoints of the same run (fingerprint) under
 ``out_dir/checkpoints`` resumes after the last one: same rounds, same real-step count,
 same weights as an uninterrupted run. The final policy is saved to ``out_dir/policy``.
+With ``snapshots=True`` the trainable weights of every policy pi_0 (the start) .. pi_R are
+also kept, as ``out_dir/snapshots/iter-<k>.pt``, for the Theorem-1 stage's real gains.
+
+Every round also reports ``policy_kl``: KL(pi_{k-1} || pi_k) of the update, estimated on
+the round's own sampled tokens (components/agent/rl.py ``update_kl``).
 
 Every round reports ``real_steps`` (cumulative real env steps used by this training run,
 counted by ``EnvList``; 0 in a synthetic env), so every method logs its real budget.
@@ -19,6 +24,7 @@ from __future__ import annotations
 import json
 import logging
 import random
+import shutil
 import time
 from collections.abc import Callable, Hashable, Sequence
 from pathlib import Path
@@ -28,7 +34,7 @@ from components.agent import checkpoint
 from components.agent.grpo import GRPO, GRPOConfig
 from components.agent.policy_model import PolicyModel
 from components.agent.ppo import PPO, PPOConfig
-from components.agent.rl import RUNTIME_FIELDS, seed_everything, seed_int
+from components.agent.rl import RUNTIME_FIELDS, seed_everything, seed_int, update_kl
 from components.agent.rollout import EnvList, RolloutBatch, VectorEnv, collect_rollouts
 from components.config import RLAlgoConfig
 from components.envs.base import Env
@@ -39,6 +45,7 @@ log = logging.getLogger(__name__)
 POLICY_DIR = "policy"
 CHECKPOINT_DIR = "checkpoints"
 HISTORY_FILE = "history.jsonl"
+SNAPSHOT_DIR = "snapshots"
 LogFn = Callable[[dict[str, float], int], None]
 TaskSource = Sequence[Task] | Callable[[int], Sequence[Task]]
 EnvSource = VectorEnv | Sequence[Env] | Callable[[], Env]
@@ -106,6 +113,7 @@ def train_rl(
     group_fn: Callable[[Task], Hashable] | None = None,
     on_rollouts: Callable[[int, RolloutBatch], None] | None = None,
     fingerprint: dict[str, Any] | None = None,
+    snapshots: bool = False,
 ) -> dict[str, Any]:
     """Train ``policy`` in place with GRPO or PPO (by ``cfg``'s type); returns a summary.
 
@@ -115,6 +123,7 @@ def train_rl(
     the round's distinct tasks. ``group_fn``: PPO's advantage-normalisation groups.
     ``on_rollouts(iteration, batch)``: called with each round's episodes (buffer append,
     curriculum statistics). ``fingerprint``: extra identity of the run (e.g. start model).
+    ``snapshots``: keep every round's weights under ``out_dir/snapshots`` (``snapshot_file``).
     """
     out_dir = Path(out_dir)
     ckpt_dir = out_dir / CHECKPOINT_DIR
@@ -130,6 +139,10 @@ def train_rl(
         start_iteration, real_steps = state["iteration"], state["real_steps"]
         history = list(state["history"])
         log.info("resumed from %s (round %d)", resumed_from, start_iteration)
+    elif snapshots:  # a fresh run: snapshots of an older one must not mix in
+        shutil.rmtree(out_dir / SNAPSHOT_DIR, ignore_errors=True)
+    if snapshots and start_iteration == 0:
+        save_snapshot(policy, out_dir, 0)
     started = time.perf_counter()
     iteration = start_iteration
     stopped_by_budget = cfg.max_real_steps is not None and real_steps >= cfg.max_real_steps
@@ -151,6 +164,9 @@ def train_rl(
                 on_rollouts(iteration, batch)
             t0 = time.perf_counter()
             stats = learner.update(batch, iteration)
+            stats["policy_kl"] = (
+                update_kl(policy, batch, cfg.temperature) if stats.get("optimizer_steps") else 0.0
+            )
             real_steps += batch.real_steps
             iteration += 1
             metrics = {
@@ -161,6 +177,8 @@ def train_rl(
                 "update_seconds": time.perf_counter() - t0,
             }
             history.append(metrics)
+            if snapshots:  # before the checkpoint: a resumed run has every snapshot it needs
+                save_snapshot(policy, out_dir, iteration)
             if log_fn is not None:
                 log_fn(metrics, iteration)
             elapsed_min = (time.perf_counter() - started) / 60
@@ -192,6 +210,32 @@ def train_rl(
         for row in history:
             f.write(json.dumps(row) + "\n")
     return summarize(history, cfg, iteration, real_steps, resumed_from, stopped_by_budget)
+
+
+def snapshot_file(out_dir: Path, iteration: int) -> Path:
+    """Where ``train_rl(snapshots=True)`` keeps pi_<iteration>'s trainable weights."""
+    return Path(out_dir) / SNAPSHOT_DIR / f"iter-{iteration}.pt"
+
+
+def save_snapshot(policy: PolicyModel, out_dir: Path, iteration: int) -> Path:
+    """Save the policy's trainable weights as pi_<iteration> (atomically)."""
+    import torch
+
+    path = snapshot_file(out_dir, iteration)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    torch.save(checkpoint.trainable_state(policy.model), tmp)
+    tmp.replace(path)
+    return path
+
+
+def load_snapshot(policy: PolicyModel, path: Path) -> None:
+    """Load the weights ``save_snapshot`` wrote into a policy of the same architecture."""
+    import torch
+
+    checkpoint.load_trainable_state(
+        policy.model, torch.load(path, map_location="cpu", weights_only=True)
+    )
 
 
 def summarize(

@@ -343,10 +343,14 @@ class GroundedJudge:
 
     def judge(self, trajectories: Sequence[Trajectory]) -> JudgeOutput:
         """Replay every transition of every trajectory; per-trajectory and per-step rows."""
+        from tqdm.auto import tqdm
+
         diversity = diversity_by_task(trajectories, self.cfg)
         rows: list[dict[str, Any]] = []
         transitions: list[dict[str, Any]] = []
-        for traj in trajectories:
+        # replay re-runs each step's prefix in the real env: minutes for 100 trajectories
+        bar = tqdm(trajectories, desc="judge (grounded replay)", unit="traj", mininterval=2.0)
+        for traj in bar:
             steps, reason = self._replay_trajectory(traj)
             transitions.extend(steps)
             rows.append(self._trajectory_row(traj, steps, reason, diversity[traj.task_id]))
@@ -358,7 +362,7 @@ class GroundedJudge:
         task = self.tasks.get(traj.task_id)
         if task is None:
             return [], "unknown task"
-        if task.generated or not task.game_file:
+        if task.generated:  # every env replays its own real tasks; a generated one has none
             return [], "generated task: no real game to replay"
         try:
             real_prev, _ = self.env.reset(task)

@@ -721,24 +721,41 @@ def _drift_section(
 
 
 def _theorem1_section(inp: _Inputs, out_dir: Path, cfg: ReportConfig, plots: list[Path]) -> str:
-    from components.evaluation.theorem1 import IterationTerms, plot_theorem1
+    from components.evaluation.theorem1 import IterationTerms, plot_runs
 
     out = ["## Theorem 1 terms per RL iteration\n\n"]
     doc = inp.get("theorem1.json")
-    its = doc.get("iterations") if isinstance(doc, dict) else None
-    if not its:
+    # {"runs": {method: summary}} from the theorem1 stage; a bare summary is one run
+    runs = doc.get("runs") if isinstance(doc, dict) and "runs" in doc else {"": doc}
+    runs = {m: r for m, r in runs.items() if isinstance(r, dict) and r.get("iterations")}
+    if not runs:
         return out[0] + inp.missing("theorem1.json")
     if doc.get("formula"):
         out.append(f"`{doc['formula']}`\n\n")
     cols = ["iteration", "surrogate_gain", "kl", "eps_R", "eps_P", "bound", "real_gain", "holds"]
-    out.append(_table(cols, [[_num(r.get(c)) for c in cols] for r in its]))
     fields = IterationTerms.__dataclass_fields__
-    try:
-        records = [IterationTerms(**{k: v for k, v in r.items() if k in fields}) for r in its]
-    except (TypeError, ValueError) as err:
-        out.append(f"\n_plot skipped: {err}_\n")
-        return "".join(out)
-    png = plot_theorem1(records, out_dir / THEOREM1_PNG, cfg.dpi)
+    records: dict[str, list[IterationTerms]] = {}
+    for method, run in runs.items():
+        if method:
+            out.append(f"\n**{method}**")
+            if run.get("real_episodes_per_policy"):
+                out.append(
+                    f" (real gains on {run['real_episodes_per_policy']} {run.get('real_split')}"
+                    " episodes per policy)"
+                )
+            out.append(
+                f": the bound held in {run.get('n_bound_holds')} of "
+                f"{run.get('n_with_real_gain')} updates with a measured real gain.\n\n"
+            )
+        its = run["iterations"]
+        out.append(_table(cols, [[_num(r.get(c)) for c in cols] for r in its]))
+        try:
+            records[method] = [
+                IterationTerms(**{k: v for k, v in r.items() if k in fields}) for r in its
+            ]
+        except (TypeError, ValueError) as err:
+            out.append(f"\n_plot of {method or 'the run'} skipped: {err}_\n")
+    png = plot_runs(records, out_dir / THEOREM1_PNG, cfg.dpi) if records else None
     if png is not None:
         plots.append(png)
         out.append(f"\n![theorem 1]({png.name})\n")

@@ -141,6 +141,16 @@ def summarize(records: Sequence[IterationTerms]) -> dict[str, Any]:
 
 def plot_theorem1(records: Sequence[IterationTerms], path: Path, dpi: int = 100) -> Path | None:
     """Gains, bound and penalty terms per iteration in one PNG; None without matplotlib."""
+    return plot_runs({"": records}, path, dpi)
+
+
+def plot_runs(
+    runs: Mapping[str, Sequence[IterationTerms]], path: Path, dpi: int = 100
+) -> Path | None:
+    """One column per run (gains + bound above, the terms on a log scale below), one PNG.
+
+    None without matplotlib or without any iteration to plot.
+    """
     try:
         import matplotlib
 
@@ -148,11 +158,24 @@ def plot_theorem1(records: Sequence[IterationTerms], path: Path, dpi: int = 100)
         import matplotlib.pyplot as plt
     except ImportError:
         return None
-    rows = summarize(records)["iterations"]
-    if not rows:
+    docs = {name: summarize(recs)["iterations"] for name, recs in runs.items()}
+    docs = {name: rows for name, rows in docs.items() if rows}
+    if not docs:
         return None
+    fig, axes = plt.subplots(
+        2, len(docs), figsize=(6.5 * len(docs), 6), sharex="col", squeeze=False
+    )
+    for col, (name, rows) in enumerate(docs.items()):
+        _plot_column(axes[0][col], axes[1][col], rows, name)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=dpi)
+    plt.close(fig)
+    return path
+
+
+def _plot_column(top: Any, bottom: Any, rows: Sequence[Mapping[str, Any]], name: str) -> None:
     its = [r["iteration"] for r in rows]
-    fig, (top, bottom) = plt.subplots(2, 1, figsize=(7, 6), sharex=True)
     top.plot(its, [r["surrogate_gain"] for r in rows], "o-", label="synthetic surrogate gain")
     real = [
         (i, r["real_gain"]) for i, r in zip(its, rows, strict=True) if r["real_gain"] is not None
@@ -163,7 +186,7 @@ def plot_theorem1(records: Sequence[IterationTerms], path: Path, dpi: int = 100)
     top.axhline(0.0, color="grey", lw=0.5)
     top.set_ylabel("success-rate gain")
     top.legend(fontsize=8)
-    top.set_title("Theorem 1 per RL iteration")
+    top.set_title(f"Theorem 1 per RL iteration{': ' + name if name else ''}")
     for key, label in (
         ("kl_penalty", "KL penalty 4H²KL"),
         ("model_error", "model error 2(Hε_R+H²ε_P)"),
@@ -176,11 +199,6 @@ def plot_theorem1(records: Sequence[IterationTerms], path: Path, dpi: int = 100)
     bottom.set_xlabel("RL iteration")
     bottom.set_ylabel("term (log)")
     bottom.legend(fontsize=8)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=dpi)
-    plt.close(fig)
-    return path
 
 
 def write_theorem1(

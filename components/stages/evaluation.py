@@ -100,8 +100,16 @@ def replay_recorded_actions(
         namespace=f"judge-{variant}",
     )
     tasks = {t.task_id: t for t in read_jsonl(paths.tasks_file, Task)}
+    from tqdm.auto import tqdm
+
     venv.reset([tasks[e.task_id] for e in episodes])
     depth = 0
+    bar = tqdm(
+        total=max((e.n_steps for e in episodes), default=0),
+        desc=f"synthetic replay ({variant})",
+        unit="step",
+        mininterval=2.0,
+    )
     while not venv.done:
         actions = [
             e.steps[depth].action if live and depth < e.n_steps else None
@@ -111,6 +119,8 @@ def replay_recorded_actions(
             break
         venv.step(actions)
         depth += 1
+        bar.update(1)
+    bar.close()
     trajectories = venv.trajectories(policy=RECORDED_POLICY, iteration=0, checkpoint=variant)
     return trajectories, venv.metrics()
 
@@ -136,7 +146,8 @@ def judge(cfg: Config, paths: Paths) -> dict[str, Any]:
     with stage_run("judge", "evaluation", cfg, ("judge", "synthetic"), paths.root, data) as run:
         try:
             scorer = make_judge(cfg.judge, env, tasks)
-            for variant in variants:
+            for i, variant in enumerate(variants, 1):
+                log.info("judge: variant %s (%d of %d)", variant, i, len(variants))
                 synthetic, env_stats = replay_recorded_actions(cfg, paths, variant, episodes)
                 out = run_judge(scorer, synthetic, cfg.judge.n_trajectories, cfg.judge.seed)
                 summaries[variant] = out.summary

@@ -104,6 +104,11 @@ def synthetic_file(paths: Paths, algo: str) -> Path:
     return paths.data / SYNTHETIC_DIR / f"{dreamgym_method(algo)}.jsonl"
 
 
+def snapshots_dir(paths: Paths, method: str) -> Path:
+    """Every round's policy weights of a run (``theorem1.snapshots``), for the theorem1 stage."""
+    return paths.root / "models" / "snapshots" / method
+
+
 def coevolved_dir(paths: Paths, algo: str) -> Path:
     """The co-evolved replay buffer of a DreamGym run."""
     return paths.data / COEVOLVED_DIR / dreamgym_method(algo)
@@ -146,7 +151,7 @@ def _algo_config(cfg: Config, algo: str) -> RLAlgoConfig:
     return getattr(cfg.rl, _checked(algo))
 
 
-def _load_policy(cfg: Config, init_dir: Path) -> PolicyModel:
+def load_policy(cfg: Config, init_dir: Path) -> PolicyModel:
     """A saved policy to continue from (fresh LoRA adapters when ``agent.lora``)."""
     from components.agent.policy_model import LoraSettings, PolicyModel
 
@@ -204,6 +209,21 @@ def _publish_policy(src: Path, dst: Path, meta: dict[str, Any]) -> None:
     tmp.rename(dst)
 
 
+def _publish_snapshots(out_dir: Path, dst: Path, method: str, init: str) -> None:
+    """Copy the run's per-round snapshots to their DVC output, with an index."""
+    from components.agent.train import SNAPSHOT_DIR
+
+    src = out_dir / SNAPSHOT_DIR
+    shutil.rmtree(dst, ignore_errors=True)
+    if src.exists():
+        shutil.copytree(src, dst)
+    else:  # snapshots off: an empty output, so the DVC stage still has it
+        dst.mkdir(parents=True)
+    rounds = sorted(int(f.stem.split("-")[1]) for f in dst.glob("iter-*.pt"))
+    index = {"method": method, "init": init, "rounds": rounds}
+    write_json(dst / "index.json", index)
+
+
 def _write_history(path: Path, rows: Sequence[dict[str, Any]]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("w", encoding="utf-8") as f:
@@ -211,7 +231,8 @@ def _write_history(path: Path, rows: Sequence[dict[str, Any]]) -> None:
             f.write(json.dumps(row, sort_keys=True) + "\n")
 
 
-def _read_history(path: Path) -> list[dict[str, Any]]:
+def read_history(path: Path) -> list[dict[str, Any]]:
+    """The per-round rows of a history file ([] if there is none)."""
     lines = path.read_text(encoding="utf-8").splitlines() if path.exists() else []
     return [json.loads(line) for line in lines if line.strip()]
 
@@ -233,12 +254,15 @@ def _run_rl(
     on_rollouts: Callable[[Any, int, RolloutBatch], None] | None = None,
     finish: Callable[[dict[str, Any], Any], dict[str, Any]] | None = None,
     meta_extra: dict[str, Any] | None = None,
+    snapshots: bool | None = None,
 ) -> dict[str, Any]:
     """Train, then save/register the policy and write its metrics and history.
 
     ``on_rollouts(run, iteration, batch)`` sees each round's episodes (with the MLflow run
     to log to). ``finish(summary, run)`` (inside the MLflow run, after training) returns extra
     metrics for the summary and may rewrite the history file before it is published.
+    ``snapshots``: None = not kept; True/False = keep every round's weights or not, and
+    publish ``snapshots_dir`` either way (empty when False: it is a DVC output).
     """
     from components.agent.train import HISTORY_FILE, POLICY_DIR, train_rl
     from components.lm.generate import torch_threads
@@ -247,7 +271,7 @@ def _run_rl(
     start = time.perf_counter()
     out_dir = checkpoint_dir(paths, method)
     init_dir = policy_dir(paths, init)
-    policy = _load_policy(cfg, init_dir)
+    policy = load_policy(cfg, init_dir)
     threads = _threads(policy.model)
     with (
         torch_threads(threads),
@@ -264,9 +288,10 @@ def _run_rl(
             lambda metrics, step: run.log_metrics(metrics, step=step),
             on_rollouts=(lambda i, b: on_rollouts(run, i, b)) if on_rollouts else None,
             fingerprint=fingerprint,
+            snapshots=bool(snapshots),
         )
         extra = finish(summary, run) if finish is not None else {}
-        history = _read_history(out_dir / HISTORY_FILE)
+        history = read_history(out_dir / HISTORY_FILE)
         metrics: dict[str, Any] = {
             **numbers(summary),
             "synthetic_steps": 0,
@@ -287,6 +312,8 @@ def _run_rl(
         _publish_policy(out_dir / POLICY_DIR, out, meta)
         _write_history(history_file(paths, method), history)
         write_json(history_plot_file(paths, method), history)
+        if snapshots is not None:
+            _publish_snapshots(out_dir, snapshots_dir(paths, method), method, init)
         run.log_metrics({f"final.{k}": v for k, v in metrics.items()})
         run.log_artifact(history_file(paths, method), "history")
         version = _register(run, cfg, out, method, {"init": init, "real_steps": meta["real_steps"]})
@@ -532,7 +559,7 @@ def train_dreamgym(cfg: Config, paths: Paths, algo: str) -> dict[str, Any]:
         extras = [json.loads(round_file(i).read_text(encoding="utf-8"))["metrics"] for i in done]
         # the published history: train_rl's rows with the round's curriculum/env/buffer stats
         history_path = out_dir / HISTORY_FILE
-        rows = _read_history(history_path)
+        rows = read_history(history_path)
         _write_history(history_path, [{**row, **x} for row, x in zip(rows, extras, strict=True)])
         trajs = [t for i in done for t in read_jsonl(synth_dir / f"{i:05d}.jsonl", Trajectory)]
         write_jsonl(synthetic_file(paths, algo), trajs)
@@ -580,4 +607,5 @@ def train_dreamgym(cfg: Config, paths: Paths, algo: str) -> dict[str, Any]:
         on_rollouts=on_rollouts,
         finish=finish,
         meta_extra={"experience_model": "full", "coevolution": coevolve},
+        snapshots=cfg.theorem1.snapshots,
     )

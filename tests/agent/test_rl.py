@@ -13,7 +13,14 @@ from components.agent.policy_model import MALFORMED_ACTION, PolicyModel
 from components.agent.ppo import PPOConfig, gae, normalize
 from components.agent.rl import clipped_token_loss, flatten
 from components.agent.rollout import EnvList, collect_rollouts
-from components.agent.train import CHECKPOINT_DIR, POLICY_DIR, train_rl
+from components.agent.train import (
+    CHECKPOINT_DIR,
+    POLICY_DIR,
+    SNAPSHOT_DIR,
+    load_snapshot,
+    snapshot_file,
+    train_rl,
+)
 from tests.agent.rl_env import TARGET, WORDS, MagicWordEnv, first_observation, magic_task
 
 
@@ -230,6 +237,7 @@ def test_updates_raise_the_rewarded_action(magic_policy: PolicyModel, cfg, tmp_p
         cfg,
         tmp_path,
         log_fn=lambda m, step: history.append(m),
+        snapshots=True,
     )
     after_lp = target_logprob(magic_policy)
     changed = [k for k, v in params_of(magic_policy).items() if not v.equal(before[k])]
@@ -243,6 +251,16 @@ def test_updates_raise_the_rewarded_action(magic_policy: PolicyModel, cfg, tmp_p
     assert (tmp_path / POLICY_DIR / "config.json").exists()
     reloaded = PolicyModel.from_dir(tmp_path / POLICY_DIR)
     assert reloaded.settings == magic_policy.settings
+    assert target_logprob(reloaded) == pytest.approx(after_lp, abs=1e-4)
+    # Theorem-1 inputs: every update's KL, and pi_0 .. pi_6 kept as snapshots
+    assert all(h["policy_kl"] >= 0 for h in history)
+    assert any(h["policy_kl"] > 0 for h in history if h["optimizer_steps"])
+    assert sorted(p.name for p in (tmp_path / SNAPSHOT_DIR).iterdir()) == [
+        f"iter-{k}.pt" for k in range(7)
+    ]
+    load_snapshot(reloaded, snapshot_file(tmp_path, 0))
+    assert target_logprob(reloaded) == pytest.approx(before_lp, abs=1e-4)
+    load_snapshot(reloaded, snapshot_file(tmp_path, 6))
     assert target_logprob(reloaded) == pytest.approx(after_lp, abs=1e-4)
 
 
@@ -286,25 +304,38 @@ def test_resume_after_interruption_matches_uninterrupted_run(
         return MagicWordEnv(max_steps=2)
 
     straight = fresh()
-    ref = train_rl(straight, env, [magic_task()], cfg, tmp_path / "a")
+    ref = train_rl(straight, env, [magic_task()], cfg, tmp_path / "a", snapshots=True)
 
     def crash_at_3(metrics: dict, step: int) -> None:
         if step == 3:
             raise Interrupt
 
     with pytest.raises(Interrupt):
-        train_rl(fresh(), env, [magic_task()], cfg, tmp_path / "b", log_fn=crash_at_3)
+        train_rl(
+            fresh(), env, [magic_task()], cfg, tmp_path / "b", log_fn=crash_at_3, snapshots=True
+        )
     assert [p.name for p in (tmp_path / "b" / CHECKPOINT_DIR).glob("ckpt-*")] == ["ckpt-2"]
     resumed = fresh()  # a new process would reload the same start model
     steps: list[int] = []
     out = train_rl(
-        resumed, env, [magic_task()], cfg, tmp_path / "b", log_fn=lambda m, s: steps.append(s)
+        resumed,
+        env,
+        [magic_task()],
+        cfg,
+        tmp_path / "b",
+        log_fn=lambda m, s: steps.append(s),
+        snapshots=True,
     )
     assert out["resumed"] == 1 and steps == [3, 4]
     assert out["iterations"] == ref["iterations"] == 4
     assert out["real_steps"] == ref["real_steps"] and out["episodes"] == ref["episodes"]
     a, b = params_of(straight), params_of(resumed)
     assert all(a[k].allclose(b[k], atol=1e-6) for k in a)
+    import torch
+
+    for k in range(5):  # the resumed run's snapshots are the uninterrupted run's
+        sa, sb = (torch.load(snapshot_file(tmp_path / d, k)) for d in "ab")
+        assert all(sa[n].allclose(sb[n], atol=1e-6) for n in sa)
     # a changed config is another run: its checkpoints are not resumed
     other = cfg.model_copy(update={"learning_rate": 1e-4})
     assert train_rl(fresh(), env, [magic_task()], other, tmp_path / "b")["resumed"] == 0

@@ -155,3 +155,18 @@ def test_report_judge_and_drift_are_written(ran: Path):
         iterations = [v for k, v in run.items() if k.startswith("iter_")]
         assert isinstance(run["drifted"], bool) and (iterations or run["n_synthetic"] == 0)
         assert all(0.0 <= it["drift_share"] <= 1.0 for it in iterations)
+
+
+def test_theorem1_terms_are_measured_per_dreamgym_round(ran: Path):
+    doc = json.loads((ran / "metrics" / "theorem1.json").read_text())
+    assert set(doc["runs"]) == {"dreamgym_grpo", "dreamgym_ppo"} and "H^2" in doc["formula"]
+    for method, run in doc["runs"].items():
+        # pi_0 .. pi_{R-1} are evaluated on real validation tasks (test stays held out)
+        assert run["real_split"] == "validation" and run["snapshots"] == run["rounds_measured"]
+        assert run["real_episodes_per_policy"] >= 1 and run["eval_real_steps"] > 0, method
+        assert run["n_iterations"] <= run["rounds_measured"] - 1
+        for it in run["iterations"]:
+            assert it["kl"] >= 0 and 0 <= it["eps_R"] <= 1 and 0 <= it["eps_P"] <= 1
+            assert -1 <= it["real_gain"] <= 1 and it["bound"] <= it["surrogate_gain"]
+    report = (ran / "reports" / "report.md").read_text()
+    assert "**dreamgym_grpo**" in report[report.index("## Theorem 1") :]

@@ -88,7 +88,7 @@ def test_family_flows_and_nightly_refresh_select_stages_in_pipeline_order():
     for family in FAMILIES:
         stages = family_stages(ROOT, family)
         assert stages == [s for s in order if s in FAMILIES[family]]
-    assert family_stages(ROOT, "evaluation")[-3:] == ["judge", "drift", "report"]
+    assert family_stages(ROOT, "evaluation")[-4:] == ["judge", "drift", "theorem1", "report"]
     nightly = [s for f in NIGHTLY_FAMILIES for s in family_stages(ROOT, f)]
     assert nightly == [s for s in order if s in nightly]  # data before the experience model
     assert {"collect", "build_buffer", "train_experience_model", "evaluate_fidelity"} <= set(
