@@ -45,10 +45,28 @@ def stage_runs(root: Path, profile: str = PROFILE) -> list[dict[str, Any]]:
         tags = run.data.tags
         if "stage" not in tags or run.info.end_time is None:
             continue
-        key = tags["stage"] + (f"[{tags['variant']}]" if tags.get("variant") else "")
+        key = dvc_name(tags["stage"], tags.get("variant"))
         seconds = (run.info.end_time - run.info.start_time) / 1000
         out.append({"stage": key, "start_ms": run.info.start_time, "seconds": seconds})
     return sorted(out, key=lambda r: r["start_ms"])
+
+
+# MLflow stage names of runs logged before they were the dvc.yaml names
+_LEGACY = {
+    "train_sft_baseline": "train_sft",
+    "train_dpo_baseline": "train_dpo",
+    "build_table1": "table1",
+}
+
+
+def dvc_name(stage: str, variant: str | None = None) -> str:
+    """The dvc.yaml stage name (``foreach`` item after ``@``) of an MLflow stage run."""
+    stage = _LEGACY.get(stage, stage)
+    if stage == "train_experience_model":  # the full variant was logged without its item
+        return f"{stage}@{variant or 'full'}"
+    if stage.startswith("evaluate_") and stage != "evaluate_fidelity" and "@" not in stage:
+        return "evaluate_policy@" + stage.removeprefix("evaluate_")
+    return stage
 
 
 def summarize(runs: list[dict[str, Any]], order: list[str]) -> dict[str, Any]:
@@ -66,11 +84,11 @@ def summarize(runs: list[dict[str, Any]], order: list[str]) -> dict[str, Any]:
         }
 
     def rank(key: str) -> tuple[int, str]:
-        base = key.split("[")[0]
+        base = key.split("@")[0]
         return (order.index(base) if base in order else len(order), key)
 
     ordered = {k: stages[k] for k in sorted(stages, key=rank)}
-    seen = {k.split("[")[0] for k in stages}
+    seen = {k.split("@")[0] for k in stages}
     return {
         "seconds": {k: v["seconds"] for k, v in ordered.items()},
         "total_seconds": round(sum(v["seconds"] for v in ordered.values()), 1),
@@ -93,6 +111,10 @@ def main() -> dict[str, Any]:
     root = Path(".").resolve()
     order = dvc_stage_order(root)
     runs = stage_runs(root) if (root / "mlflow.db").exists() else []
+    out = RESULTS / "stages.json"
+    if not runs:  # a fresh clone: keep the committed figures instead of an empty file
+        print(f"no finished {PROFILE} stage runs in mlflow.db: {out} left as it is")
+        return json.loads(out.read_text()) if out.exists() else {}
     result = {
         "profile": PROFILE,
         "source": "MLflow stage runs in mlflow.db (end - start of each stage's run)",
@@ -101,7 +123,7 @@ def main() -> dict[str, Any]:
         "(resumed/no-op runs are skipped); excludes interpreter start-up and imports",
     }
     RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "stages.json").write_text(json.dumps(result, indent=2) + "\n")
+    out.write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps(result["seconds"], indent=2))
     return result
 

@@ -138,7 +138,7 @@ def train_sft_baseline(cfg: Config, paths: Paths) -> dict[str, Any]:
     )
     n_params = count_parameters(model)
     data = {"trajectories": paths.trajectories_file}
-    with stage_run("train_sft_baseline", "agent", cfg, ("agent",), paths.root, data) as run:
+    with stage_run("train_sft", "agent", cfg, ("agent",), paths.root, data) as run:
         run.set_tags({"method": SFT, "base_model": acfg.model})
         model, result = train_sft_policy(
             model, tokenizer, train, acfg, ckpt, fingerprint=fingerprint, eval_examples=held_out
@@ -204,7 +204,7 @@ def train_dpo_baseline(cfg: Config, paths: Paths) -> dict[str, Any]:
     prepare_checkpoints(ckpt, fingerprint)
     model, tokenizer = load_pretrained_dir(sft_dir)
     data = {"trajectories": paths.trajectories_file, "sft_policy": sft_dir}
-    with stage_run("train_dpo_baseline", "agent", cfg, ("agent",), paths.root, data) as run:
+    with stage_run("train_dpo", "agent", cfg, ("agent",), paths.root, data) as run:
         run.set_tags({"method": DPO, "base_model": acfg.model})
         model, result = train_dpo_policy(
             model, tokenizer, pairs, acfg, ckpt, fingerprint=fingerprint
@@ -268,7 +268,9 @@ def evaluate_policy(cfg: Config, paths: Paths, method: str) -> dict[str, Any]:
         batch_size=e.gen_batch_size,
     )
     data = {"policy": pdir, "tasks": paths.tasks_file}
-    with stage_run(f"evaluate_{method}", "agent", cfg, ("agent", "env"), paths.root, data) as run:
+    with stage_run(
+        f"evaluate_policy@{method}", "agent", cfg, ("agent", "env"), paths.root, data
+    ) as run:
         result = evaluate(
             policy,
             tasks,
@@ -323,7 +325,7 @@ def build_table1(cfg: Config, paths: Paths) -> dict[str, Any]:
     write_json(paths.metrics / TABLE1_METRICS, table)
     md_path = paths.metrics / TABLE1_MARKDOWN
     md_path.write_text(text, encoding="utf-8")
-    with stage_run("build_table1", "agent", cfg, (), paths.root) as run:
+    with stage_run("table1", "agent", cfg, (), paths.root) as run:
         for env, rows in table.items():
             run.log_metrics({env: {m: r for m, r in rows.items() if r is not None}})
         run.log_dict(table, "table1/table1.json")

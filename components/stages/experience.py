@@ -224,7 +224,7 @@ def train_experience_model(cfg: Config, paths: Paths, variant: str = "full") -> 
         "buffer": buffer_dir(paths),
     }
     sections = ("experience", "ablation", "buffer")
-    stage = "train_experience_model" + ("" if variant == "full" else f"@{variant}")
+    stage = f"train_experience_model@{variant}"  # the dvc.yaml stage name
     with stage_run(stage, "experience", cfg, sections, paths.root, data) as run:
         run.set_tags(
             {
