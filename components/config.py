@@ -180,6 +180,12 @@ class CollectConfig(_Section):
         description="splits to collect from; the test split is only for evaluation",
     )
     workers: int = Field(2, ge=1, description="parallel collection processes")
+    round: int = Field(
+        0,
+        ge=0,
+        description="collection round: a new round draws new episodes (new ids and seeds) on "
+        "the same train/validation tasks and replaces the old ones; the nightly refresh bumps it",
+    )
 
 
 class IngestConfig(_Section):

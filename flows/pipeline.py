@@ -76,13 +76,40 @@ def evaluation_flow(root: str = ".", force: bool = False) -> list[str]:
 
 
 @flow(name="nightly-refresh", log_prints=True)
-def nightly_refresh(root: str = ".") -> dict[str, object]:
-    """Fresh data -> buffer -> experience model -> fidelity -> promote if better."""
+def nightly_refresh(root: str = ".", fresh: bool = True) -> dict[str, object]:
+    """Fresh data -> buffer -> experience model -> fidelity -> promote if better.
+
+    ``fresh`` bumps ``collect.round`` in params.yaml first, so DVC collects new real
+    episodes (same tasks, new seeds) and reruns everything downstream of them; commit the
+    params.yaml + dvc.lock change to keep the refreshed data version.
+    """
     root_path = Path(root).resolve()
     stages = [s for family in NIGHTLY_FAMILIES for s in family_stages(root_path, family)]
+    collect_round = bump_collect_round(root_path) if fresh else None
+    if collect_round is not None:
+        get_run_logger().info("collecting fresh real episodes: collect.round = %d", collect_round)
     _run("nightly-refresh", root, stages, force=False)
     decision = promote_experience_model(root_path)
-    return {"stages": stages, "promoted": decision.promote, "reason": decision.reason}
+    return {
+        "stages": stages,
+        "collect_round": collect_round,
+        "promoted": decision.promote,
+        "reason": decision.reason,
+    }
+
+
+def bump_collect_round(root: Path) -> int:
+    """Increment ``collect.round`` in params.yaml (comments kept); returns the new round."""
+    from ruamel.yaml import YAML
+
+    yaml = YAML()  # round-trip mode: the file keeps its comments and layout
+    path = root / "params.yaml"
+    params = yaml.load(path.read_text(encoding="utf-8"))
+    new = int(params["collect"].get("round", 0)) + 1
+    params["collect"]["round"] = new
+    with path.open("w", encoding="utf-8") as f:
+        yaml.dump(params, f)
+    return new
 
 
 def promote_experience_model(root: Path) -> Decision:

@@ -62,8 +62,10 @@ def plan_episodes(cfg: Config, tasks: list[Task]) -> list[EpisodePlan]:
         for policy in POLICIES:
             key = behaviour_key(policy, c.epsilon, c.p_invalid)
             for i in range(c.episodes.get(policy, 0)):
+                # round 0 keeps the ids of runs made before rounds existed
+                fresh = ("round", c.round) if c.round else ()
                 eid = stable_id(
-                    "episode", task.task_id, policy, i, cfg.seed, *key, cfg.env.max_steps
+                    "episode", task.task_id, policy, i, cfg.seed, *key, cfg.env.max_steps, *fresh
                 )
                 seed = int(stable_id("episode-seed", eid), 16) % (2**31 - 1)
                 plans.append(EpisodePlan(eid, task.task_id, policy, i, seed))

@@ -235,3 +235,14 @@ def test_prefect_yaml_deployments_load_and_their_schedules_create_runs(prefect_h
         assert {r.expected_start_time.hour for r in runs} == {hour}, name
         scheduled += 1
     assert scheduled >= 2
+
+
+def test_nightly_fresh_data_bumps_the_collection_round_keeping_comments(tmp_path: Path):
+    from components.config import load_config
+    from flows.pipeline import bump_collect_round
+
+    (tmp_path / "params.yaml").write_text((ROOT / "params.yaml").read_text())
+    assert bump_collect_round(tmp_path) == 1 and bump_collect_round(tmp_path) == 2
+    text = (tmp_path / "params.yaml").read_text()
+    assert "# DreamGym parameters." in text and "round: 2" in text
+    assert load_config(tmp_path / "params.yaml", "ci").collect.round == 2

@@ -55,6 +55,18 @@ def test_plan_never_includes_unlisted_splits(tw_suite: Suite):
     assert test_ids <= {p.task_id for p in plans_all}
 
 
+def test_a_new_collection_round_plans_new_episodes_on_the_same_tasks(tw_suite: Suite):
+    cfg = tw_suite.cfg
+    round0 = plan_episodes(cfg, tw_suite.tasks)
+    next_round = cfg.model_copy(update={"collect": cfg.collect.model_copy(update={"round": 1})})
+    round1 = plan_episodes(next_round, tw_suite.tasks)
+    assert [(p.task_id, p.policy, p.index) for p in round0] == [
+        (p.task_id, p.policy, p.index) for p in round1
+    ]
+    assert not {p.episode_id for p in round0} & {p.episode_id for p in round1}
+    assert len({p.seed for p in round1} - {p.seed for p in round0}) == len(round1)
+
+
 def test_collect_writes_valid_trajectories_with_successes_and_failures(
     tw_suite: Suite, collected: tuple[Path, dict]
 ):
