@@ -92,32 +92,18 @@ def load_base_policy(
     ``tiny`` trains its tokenizer on ``texts`` (train-split SFT data only) and keeps it in
     ``tokenizer_dir`` (next to the checkpoints: a resumed run needs the same vocabulary).
     """
-    from components.lm.models import (
-        SMOLLM2,
-        SMOLLM2_CACHE_NAME,
-        TINY,
-        build_tiny_model,
-        load_hub_model,
-        load_smollm2,
+    from components.lm.models import load_base
+
+    return load_base(
+        acfg.model,
+        lambda: texts,
+        vocab_size=acfg.vocab_size,
+        tiny_preset=acfg.tiny_preset,
+        max_length=acfg.max_length,
+        seed=acfg.seed,
+        base_cache=base_cache,
+        tokenizer_dir=tokenizer_dir,
     )
-
-    if acfg.model == SMOLLM2:
-        return load_smollm2(base_cache / SMOLLM2_CACHE_NAME)
-    if acfg.model != TINY:
-        return load_hub_model(acfg.model)
-    from transformers import AutoTokenizer
-
-    from components.lm.tokenizer import save_tokenizer, train_tokenizer
-
-    if (tokenizer_dir / "tokenizer.json").exists():
-        tokenizer = AutoTokenizer.from_pretrained(str(tokenizer_dir))
-    else:
-        tokenizer = train_tokenizer(texts, acfg.vocab_size)
-        save_tokenizer(tokenizer, tokenizer_dir)
-    model = build_tiny_model(
-        acfg.tiny_preset, tokenizer, max_position_embeddings=2 * acfg.max_length, seed=acfg.seed
-    )
-    return model, tokenizer
 
 
 def train_sft_policy(
@@ -220,11 +206,11 @@ def make_dpo_trainer(
     """A DPOTrainer on the pairs that fit ``max_length``, and how many were dropped."""
     import copy
 
-    import torch
     from datasets import Dataset
     from trl import DPOConfig, DPOTrainer
 
-    from components.experience.sft import _time_budget_callback, use_bf16
+    from components.experience.sft import _time_budget_callback
+    from components.lm.training import lora_config, trainer_args
 
     d = acfg.dpo
     kept, dropped = fit_pairs(tokenizer, pairs, acfg.max_length)
@@ -235,43 +221,27 @@ def make_dpo_trainer(
             "%d of %d pairs over max_length=%d dropped", dropped, len(pairs), acfg.max_length
         )
     args = DPOConfig(
-        output_dir=str(checkpoint_dir),
-        max_steps=d.max_steps,
-        num_train_epochs=d.epochs,
-        per_device_train_batch_size=d.batch_size,
-        gradient_accumulation_steps=d.grad_accum,
-        learning_rate=d.learning_rate,
-        lr_scheduler_type="cosine",
-        warmup_steps=d.warmup_ratio,  # a float < 1 is a ratio of the total steps
+        **trainer_args(
+            output_dir=str(checkpoint_dir),
+            max_steps=d.max_steps,
+            epochs=d.epochs,
+            batch_size=d.batch_size,
+            grad_accum=d.grad_accum,
+            learning_rate=d.learning_rate,
+            warmup_ratio=d.warmup_ratio,
+            max_length=acfg.max_length,
+            bf16=acfg.bf16,
+            logging_steps=d.logging_steps,
+            save_steps=d.save_steps,
+            seed=acfg.seed,
+        ),
         beta=d.beta,
         loss_type=[d.loss_type],
-        max_length=acfg.max_length,
-        activation_checkpointing=False,  # TRL turns it on by default; pure cost on CPU
-        bf16=use_bf16(acfg.bf16),
-        use_cpu=not torch.cuda.is_available(),
-        logging_steps=d.logging_steps,
-        save_strategy="steps",
-        save_steps=d.save_steps,
-        save_total_limit=1,
-        eval_strategy="no",
-        report_to="none",
-        disable_tqdm=True,
-        dataloader_num_workers=0,
-        seed=acfg.seed,
-        data_seed=acfg.seed,
     )
     peft_config = ref_model = None
     if acfg.lora:
-        from peft import LoraConfig
-
         # the adapter-free base is the reference: no second copy of a large model
-        peft_config = LoraConfig(
-            r=acfg.lora_r,
-            lora_alpha=acfg.lora_alpha,
-            lora_dropout=0.05,
-            target_modules="all-linear",
-            task_type="CAUSAL_LM",
-        )
+        peft_config = lora_config(acfg.lora_r, acfg.lora_alpha)
     else:
         # an explicit frozen copy: TRL would otherwise reload the model by its hub name,
         # which a from-scratch model does not have

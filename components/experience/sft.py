@@ -126,20 +126,6 @@ def last_checkpoint(checkpoint_dir: Path) -> str | None:
     return get_last_checkpoint(str(checkpoint_dir)) if checkpoint_dir.exists() else None
 
 
-def use_bf16(setting: bool | None) -> bool:
-    """bf16 autocast: as configured, else on a CUDA GPU that supports it.
-
-    Not on CPU by default: even with avx512_bf16 (bf16 matmuls 3.6x faster than fp32 on
-    the dev machine), SFT steps measured no faster (tiny Llama 10.6 vs 9.4 s/step,
-    SmolLM2 53 vs 50 s/example): elementwise ops and the vocabulary-sized logits dominate.
-    """
-    import torch
-
-    if setting is not None:
-        return setting
-    return torch.cuda.is_available() and torch.cuda.is_bf16_supported()
-
-
 def make_trainer(
     model: Any,
     tokenizer: Any,
@@ -149,9 +135,10 @@ def make_trainer(
     eval_examples: Sequence[ExperienceExample] = (),
 ) -> tuple[Any, FitStats]:
     """An SFTTrainer on the examples fitted to ``max_length``, and what fitting did."""
-    import torch
     from datasets import Dataset
     from trl import SFTConfig, SFTTrainer
+
+    from components.lm.training import lora_config, trainer_args
 
     kept, dropped, shrunk = fit_length(tokenizer, train, cfg.max_length)
     if not kept:
@@ -166,47 +153,28 @@ def make_trainer(
             dropped,
         )
     eval_kept, _, _ = fit_length(tokenizer, eval_examples, cfg.max_length)
-    cuda = torch.cuda.is_available()
     args = SFTConfig(
-        output_dir=str(checkpoint_dir),
-        max_steps=cfg.max_steps,
-        num_train_epochs=cfg.epochs,
-        per_device_train_batch_size=cfg.batch_size,
+        **trainer_args(
+            output_dir=str(checkpoint_dir),
+            max_steps=cfg.max_steps,
+            epochs=cfg.epochs,
+            batch_size=cfg.batch_size,
+            grad_accum=cfg.grad_accum,
+            learning_rate=cfg.learning_rate,
+            warmup_ratio=cfg.warmup_ratio,
+            max_length=cfg.max_length,
+            bf16=cfg.bf16,
+            logging_steps=cfg.logging_steps,
+            save_steps=cfg.save_steps,
+            seed=cfg.seed,
+        ),
         per_device_eval_batch_size=cfg.batch_size,
-        gradient_accumulation_steps=cfg.grad_accum,
-        learning_rate=cfg.learning_rate,
-        lr_scheduler_type="cosine",
-        warmup_steps=cfg.warmup_ratio,  # a float < 1 is a ratio of the total steps
         weight_decay=cfg.weight_decay,
-        max_length=cfg.max_length,
         completion_only_loss=True,  # explicit: loss on the answer only
         packing=False,
-        activation_checkpointing=False,  # TRL turns it on by default; pure cost on CPU
-        bf16=use_bf16(cfg.bf16),
-        use_cpu=not cuda,
         train_sampling_strategy="group_by_length",  # less padding per batch
-        logging_steps=cfg.logging_steps,
-        save_strategy="steps",
-        save_steps=cfg.save_steps,
-        save_total_limit=1,
-        eval_strategy="no",
-        report_to="none",
-        disable_tqdm=True,
-        dataloader_num_workers=0,
-        seed=cfg.seed,
-        data_seed=cfg.seed,
     )
-    peft_config = None
-    if cfg.lora:
-        from peft import LoraConfig
-
-        peft_config = LoraConfig(
-            r=cfg.lora_r,
-            lora_alpha=cfg.lora_alpha,
-            lora_dropout=0.05,
-            target_modules="all-linear",
-            task_type="CAUSAL_LM",
-        )
+    peft_config = lora_config(cfg.lora_r, cfg.lora_alpha) if cfg.lora else None
     trainer = SFTTrainer(
         model=model,
         args=args,

@@ -13,6 +13,7 @@ from __future__ import annotations
 import importlib.util
 import logging
 import shutil
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -168,6 +169,42 @@ def load_pretrained_dir(path: Path) -> tuple[PreTrainedModel, PreTrainedTokenize
     if cuda:
         model = model.to("cuda")
     _sync_generation_config(model, tokenizer)
+    return model, tokenizer
+
+
+def load_base(
+    name: str,
+    texts: Callable[[], Iterable[str]],
+    *,
+    vocab_size: int,
+    tiny_preset: str,
+    max_length: int,
+    seed: int,
+    base_cache: Path,
+    tokenizer_dir: Path,
+) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    """The base model + tokenizer named ``name`` (``tiny``, ``smollm2`` or a hub name).
+
+    ``tiny`` trains its tokenizer on ``texts()`` (called only then; train split only) and
+    keeps it in ``tokenizer_dir`` (next to the checkpoints: a resumed run needs the same
+    vocabulary), then builds the model from scratch with ``seed``.
+    """
+    if name == SMOLLM2:
+        return load_smollm2(base_cache / SMOLLM2_CACHE_NAME)
+    if name != TINY:
+        return load_hub_model(name)
+    from transformers import AutoTokenizer
+
+    from components.lm.tokenizer import save_tokenizer, train_tokenizer
+
+    if (tokenizer_dir / "tokenizer.json").exists():
+        tokenizer = AutoTokenizer.from_pretrained(str(tokenizer_dir))
+    else:
+        tokenizer = train_tokenizer(texts(), vocab_size)
+        save_tokenizer(tokenizer, tokenizer_dir)
+    model = build_tiny_model(
+        tiny_preset, tokenizer, max_position_embeddings=2 * max_length, seed=seed
+    )
     return model, tokenizer
 
 

@@ -132,33 +132,19 @@ def load_base_model(
     ``tiny`` trains its tokenizer on the train examples (train split only) and keeps it in
     ``tokenizer_dir`` (next to the checkpoints: a resumed run needs the same vocabulary).
     """
-    from components.lm.models import (
-        SMOLLM2,
-        SMOLLM2_CACHE_NAME,
-        TINY,
-        build_tiny_model,
-        load_hub_model,
-        load_smollm2,
-    )
-
-    if ecfg.model == SMOLLM2:
-        return load_smollm2(base_cache / SMOLLM2_CACHE_NAME)
-    if ecfg.model != TINY:
-        return load_hub_model(ecfg.model)
-    from transformers import AutoTokenizer
-
     from components.experience.dataset import corpus
-    from components.lm.tokenizer import save_tokenizer, train_tokenizer
+    from components.lm.models import load_base
 
-    if (tokenizer_dir / "tokenizer.json").exists():
-        tokenizer = AutoTokenizer.from_pretrained(str(tokenizer_dir))
-    else:
-        tokenizer = train_tokenizer(corpus(train), ecfg.vocab_size)
-        save_tokenizer(tokenizer, tokenizer_dir)
-    model = build_tiny_model(
-        ecfg.tiny_preset, tokenizer, max_position_embeddings=2 * ecfg.max_length, seed=ecfg.seed
+    return load_base(
+        ecfg.model,
+        lambda: corpus(train),
+        vocab_size=ecfg.vocab_size,
+        tiny_preset=ecfg.tiny_preset,
+        max_length=ecfg.max_length,
+        seed=ecfg.seed,
+        base_cache=base_cache,
+        tokenizer_dir=tokenizer_dir,
     )
-    return model, tokenizer
 
 
 def train_experience_model(cfg: Config, paths: Paths, variant: str = "full") -> dict[str, Any]:
