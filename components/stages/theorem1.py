@@ -41,7 +41,10 @@ def _snapshot_rounds(snap_dir: Path) -> dict[int, Path]:
 
 def _round_sample(trajs: Sequence[Trajectory], k: int, n: int, seed: int) -> list[Trajectory]:
     """A seeded sample of at most ``n`` synthetic trajectories of round ``k``."""
-    pool = sorted((t for t in trajs if t.iteration == k), key=lambda t: t.episode_id)
+    pool = sorted(
+        (t for t in trajs if t.steps and t.steps[0].provenance.iteration == k),
+        key=lambda t: t.episode_id,
+    )
     random.Random(f"{seed}-theorem1-{k}").shuffle(pool)
     return pool[:n]
 
