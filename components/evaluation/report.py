@@ -727,7 +727,7 @@ def _theorem1_section(inp: _Inputs, out_dir: Path, cfg: ReportConfig, plots: lis
     doc = inp.get("theorem1.json")
     # {"runs": {method: summary}} from the theorem1 stage; a bare summary is one run
     runs = doc.get("runs") if isinstance(doc, dict) and "runs" in doc else {"": doc}
-    runs = {m: r for m, r in runs.items() if isinstance(r, dict) and r.get("iterations")}
+    runs = {m: r for m, r in runs.items() if isinstance(r, dict) and "iterations" in r}
     if not runs:
         return out[0] + inp.missing("theorem1.json")
     if doc.get("formula"):
@@ -736,6 +736,12 @@ def _theorem1_section(inp: _Inputs, out_dir: Path, cfg: ReportConfig, plots: lis
     fields = IterationTerms.__dataclass_fields__
     records: dict[str, list[IterationTerms]] = {}
     for method, run in runs.items():
+        if not run["iterations"]:  # said, not hidden: e.g. every synthetic answer malformed
+            out.append(
+                f"\n**{method or 'run'}**: {run.get('rounds', 0)} rounds, no update measured "
+                "(no synthetic transition of a later round could be replayed).\n"
+            )
+            continue
         if method:
             out.append(f"\n**{method}**")
             if run.get("real_episodes_per_policy"):
@@ -759,6 +765,10 @@ def _theorem1_section(inp: _Inputs, out_dir: Path, cfg: ReportConfig, plots: lis
     if png is not None:
         plots.append(png)
         out.append(f"\n![theorem 1]({png.name})\n")
+    real = {m: r["real_success"] for m, r in runs.items() if r.get("real_success")}
+    for method, by_round in real.items():
+        rates = ", ".join(f"pi_{k} {_num(v)}" for k, v in by_round.items())
+        out.append(f"\nReal {runs[method].get('real_split')} success of {method}: {rates}.\n")
     return "".join(out)
 
 

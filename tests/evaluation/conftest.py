@@ -35,7 +35,7 @@ class Games:
         return {t.task_id: t for t in self.tasks}
 
 
-def _suite_config() -> Config:
+def suite_config() -> Config:
     # two quest games of difficulty 3: 3-step walkthroughs (open, take, put / go, take, put)
     return Config(
         profile="ci",
@@ -58,7 +58,7 @@ def tw_games(tmp_path_factory: pytest.TempPathFactory) -> Games:
     from components.envs.textworld_tasks import generate_task_suite
 
     root = tmp_path_factory.mktemp("judge_tw")
-    tasks = generate_task_suite(_suite_config(), root / "data" / "tasks", progress=False, root=root)
+    tasks = generate_task_suite(suite_config(), root / "data" / "tasks", progress=False, root=root)
     return Games(root=root, tasks=tasks)
 
 

@@ -219,3 +219,13 @@ def test_theorem1_section_renders_each_dreamgym_run(tmp_path):
     assert "the bound held in 1 of 1 updates" in section  # 0.0 >= 0.1 - penalties
     assert "**dreamgym_ppo**: the bound held in 0 of 0 updates" in section
     assert "theorem1.png" in {p.name for p in res.plots}
+
+
+def test_theorem1_run_without_a_measured_update_is_said_not_hidden(tmp_path):
+    m = tmp_path / "metrics"
+    run = {"iterations": [], "rounds": 2, "real_split": "validation", "real_success": {"0": 0.0}}
+    write(m / "theorem1.json", {"formula": "f", "runs": {"dreamgym_ppo": run}})
+    text = build_report(m, tmp_path / "reports", CFG).markdown.read_text()
+    section = text[text.index("## Theorem 1") :]
+    assert "**dreamgym_ppo**: 2 rounds, no update measured" in section
+    assert "Real validation success of dreamgym_ppo: pi_0 0" in section
