@@ -767,7 +767,8 @@ def _theorem1_section(inp: _Inputs, out_dir: Path, cfg: ReportConfig, plots: lis
         out.append(f"\n![theorem 1]({png.name})\n")
     real = {m: r["real_success"] for m, r in runs.items() if r.get("real_success")}
     for method, by_round in real.items():
-        rates = ", ".join(f"pi_{k} {_num(v)}" for k, v in by_round.items())
+        ordered = sorted(by_round.items(), key=lambda kv: int(kv[0]))  # JSON keys are text
+        rates = ", ".join(f"pi_{k} {_num(v)}" for k, v in ordered)
         out.append(f"\nReal {runs[method].get('real_split')} success of {method}: {rates}.\n")
     return "".join(out)
 
