@@ -134,6 +134,11 @@ class TaskFamilyConfig(_Section):
 
     name: Literal["quest", "cooking", "treasure"] = Field(description="generator family")
     n_games: int = Field(ge=1, description="games to generate for this family")
+    instruction: Literal["walkthrough", "goal"] = Field(
+        "walkthrough",
+        description="walkthrough: TextWorld's objective, which spells out every step; goal: "
+        "only its last sentence (what to get and where), so the agent has to explore",
+    )
     min_difficulty: int = Field(1, ge=1, description="lowest difficulty (family-specific)")
     max_difficulty: int = Field(3, ge=1, description="highest difficulty (family-specific)")
 
@@ -166,10 +171,22 @@ class TasksConfig(_Section):
 
 
 class CollectConfig(_Section):
-    """Real trajectory collection: how many episodes per game and policy."""
+    """Real trajectory collection: how many episodes per game and policy.
 
-    episodes: dict[Literal["expert", "noisy", "random"], int] = Field(
-        description="episodes per game for each policy (the mix)"
+    Demonstrations are the scarce resource (as in the paper): only ``demo_games`` train
+    games get the ``episodes`` mix (the expert among them); every other train game gets
+    ``explore_episodes`` (random play: the offline logs the experience model learns the
+    world from, no demonstration in them). Validation games get ``episodes``.
+    """
+
+    episodes: dict[Literal["expert", "noisy", "random", "explore"], int] = Field(
+        description="episodes per demonstration (and validation) game for each policy"
+    )
+    demo_games: int | None = Field(
+        None, ge=1, description="train games with demonstrations (None = every train game)"
+    )
+    explore_episodes: dict[Literal["expert", "noisy", "random", "explore"], int] = Field(
+        default_factory=dict, description="episodes per other train game for each policy"
     )
     epsilon: float = Field(0.3, ge=0, le=1, description="noisy policy: random-action rate")
     p_invalid: float = Field(
@@ -387,8 +404,9 @@ class PolicySFTConfig(_Section):
     """SFT baseline: behaviour cloning on successful offline train-split trajectories."""
 
     policies: tuple[Literal["expert", "noisy", "random"], ...] = Field(
-        ("expert", "noisy", "random"),
-        description="collecting policies whose successful episodes are cloned",
+        ("expert",),
+        description="lm policy: collecting policies whose successful episodes are cloned "
+        "(the scoring policy always clones the expert)",
     )
     skip_invalid: bool = Field(True, description="drop steps whose action was inadmissible")
     max_train_examples: int | None = Field(
@@ -403,7 +421,7 @@ class PolicySFTConfig(_Section):
         None, gt=0, description="stop training (and save) after this wall-clock budget"
     )
     learning_rate: float = Field(1e-3, gt=0)
-    batch_size: int = Field(8, ge=1, description="sequences per device step")
+    batch_size: int = Field(8, ge=1, description="sequences (scorer: decisions) per step")
     grad_accum: int = Field(1, ge=1, description="gradient accumulation steps")
     warmup_ratio: float = Field(0.05, ge=0, lt=1)
     weight_decay: float = Field(0.0, ge=0)
@@ -434,20 +452,49 @@ class PolicyDPOConfig(_Section):
 
 
 class PolicyEvalConfig(_Section):
-    """Evaluation of a policy on the held-out real test tasks."""
+    """Evaluation of a policy on the held-out real test tasks.
 
-    seeds: tuple[int, ...] = Field(
-        (0,), min_length=1, description="evaluation seeds (greedy decoding runs only the first)"
+    Every training seed's policy plays every test task once sampled (the headline, with
+    the seed as sampling seed) and, with ``greedy``, once greedily.
+    """
+
+    temperature: float = Field(
+        1.0, gt=0, description="sampling temperature of the headline (sampled) episodes"
     )
-    temperature: float = Field(0.0, ge=0, description="decoding temperature (0 = greedy)")
+    greedy: bool = Field(True, description="also play every task greedily and report it")
     max_new_tokens: int = Field(64, ge=8, description="generation cap per decision")
     gen_batch_size: int = Field(16, ge=1, description="prompts per generate call")
     parallel_envs: int = Field(8, ge=1, description="episodes stepped together (one env each)")
 
 
+class ScorerConfig(_Section):
+    """The command-scoring policy (agent.policy = scorer): frozen encoder + small head."""
+
+    embedder: Literal["wordllama", "minilm"] = Field(
+        "wordllama", description="frozen text encoder (packaged weights, no download)"
+    )
+    dim: int = Field(128, ge=16, description="embedding width kept (Matryoshka truncation)")
+    hidden: int = Field(256, ge=8, description="width of the scoring head")
+    design: Literal["full", "embeddings"] = Field(
+        "full",
+        description="full: embeddings + the agent's episode memory (instruction pointer, "
+        "rooms and commands tried); embeddings: text embeddings only",
+    )
+
+
 class AgentConfig(_Section):
     """The agent policy: base model, prompt shape, SFT/DPO baselines and evaluation."""
 
+    policy: Literal["scorer", "lm"] = Field(
+        "scorer",
+        description="scorer: softmax over admissible commands scored by a small head on a "
+        "frozen encoder (cpu); lm: a causal LM answering <think>/<action> (gpu)",
+    )
+    seeds: tuple[int, ...] = Field(
+        (0,), min_length=1, description="training seeds of every policy method (Table 1)"
+    )
+    workers: int = Field(2, ge=1, description="seeds trained / evaluated in parallel processes")
+    scorer: ScorerConfig = ScorerConfig()
     model: str = Field(
         "tiny", description="tiny (from a config) | smollm2 (packaged GGUF) | hub name/path"
     )
@@ -483,6 +530,9 @@ class RLAlgoConfig(_Section):
     learning_rate: float = Field(1e-5, gt=0, description="AdamW learning rate of the policy")
     weight_decay: float = Field(0.0, ge=0, description="AdamW weight decay")
     beta: float = Field(0.001, ge=0, description="KL coefficient to the reference (0 = none)")
+    entropy_coef: float = Field(
+        0.0, ge=0, description="entropy bonus per completion token (0 = none)"
+    )
     kl_ratio_correction: bool = Field(
         True, description="weight the k3 KL by the ratio (samples are old-policy; TRL default)"
     )
@@ -510,7 +560,12 @@ class RLAlgoConfig(_Section):
     max_train_minutes: float | None = Field(
         None, gt=0, description="stop (after a checkpoint) once this wall-clock budget is spent"
     )
-    seed: int = Field(0, description="task sampling, sampling and shuffling seed")
+    task_sampling: Literal["uniform", "variance"] = Field(
+        "variance",
+        description="uniform: a seeded sample of the train tasks per round; variance: tasks "
+        "weighted by the reward variance of their recent rollouts (components/curriculum)",
+    )
+    seed: int = Field(0, description="task sampling, sampling and shuffling seed (per run)")
 
 
 class GRPOConfig(RLAlgoConfig):
@@ -549,6 +604,15 @@ class RLConfig(_Section):
         ge=0,
         le=1,
         description="sim-to-real cap: this share of the real steps the real-env run used",
+    )
+    s2r_tasks_per_iteration: int | None = Field(
+        None, ge=1, description="sim-to-real rounds' task batch (None: the algorithm's own)"
+    )
+    dreamgym_iterations: int | None = Field(
+        None,
+        ge=1,
+        description="rounds of RL in the synthetic env (None: the algorithm's own); synthetic "
+        "steps cost no real interaction and ~10x less time",
     )
 
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 import fcntl
 import logging
 import os
+import random
 import time
 from collections import Counter, defaultdict
 from dataclasses import asdict, dataclass
@@ -52,16 +53,43 @@ class EpisodePlan:
     seed: int
 
 
+def demo_task_ids(cfg: Config, tasks: list[Task]) -> set[str]:
+    """The train games whose demonstrations are collected: ``collect.demo_games`` of them,
+    drawn per family in proportion to its size (seeded), or all when it is None."""
+    train = sorted((t for t in tasks if t.split == "train"), key=lambda t: t.task_id)
+    n = cfg.collect.demo_games
+    if n is None or n >= len(train):
+        return {t.task_id for t in train}
+    by_family: dict[str, list[Task]] = defaultdict(list)
+    for t in train:
+        by_family[t.family].append(t)
+    rng = random.Random(cfg.seed)
+    chosen: set[str] = set()
+    families = sorted(by_family)
+    quotas = {f: max(1, round(n * len(by_family[f]) / len(train))) for f in families}
+    for f in families:
+        chosen.update(
+            t.task_id for t in rng.sample(by_family[f], min(quotas[f], len(by_family[f])))
+        )
+    return chosen
+
+
 def plan_episodes(cfg: Config, tasks: list[Task]) -> list[EpisodePlan]:
     """Every episode to collect, in a deterministic order (never the unlisted splits)."""
     c = cfg.collect
+    demos = demo_task_ids(cfg, tasks)
     plans = []
     for task in sorted(tasks, key=lambda t: t.task_id):
         if task.split not in c.splits:
             continue
+        mix = (
+            c.explore_episodes
+            if task.split == "train" and task.task_id not in demos
+            else c.episodes
+        )
         for policy in POLICIES:
             key = behaviour_key(policy, c.epsilon, c.p_invalid)
-            for i in range(c.episodes.get(policy, 0)):
+            for i in range(mix.get(policy, 0)):
                 # round 0 keeps the ids of runs made before rounds existed
                 fresh = ("round", c.round) if c.round else ()
                 eid = stable_id(
@@ -141,7 +169,7 @@ def _collect_game(job: dict[str, Any]) -> dict[str, Any]:
             stats["env_errors"] += len(job["episodes"])
             return stats
     # the env of cfg.env.name (textworld, scienceworld, miniwob, an AgentGym adapter)
-    env: Any = make_env(EnvConfig.model_validate(job["env"]), Path(job["root"]))
+    env: Any = make_env(EnvConfig.model_validate(job["env"]), Path(job["root"]), expert=True)
     start = time.perf_counter()
     try:
         with Path(job["path"]).open("a", encoding="utf-8") as f:

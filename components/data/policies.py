@@ -6,6 +6,10 @@
   admissible command and with probability ``p_invalid`` an inadmissible one.
 * ``random`` plays a uniformly random admissible command, or with probability
   ``p_invalid`` an inadmissible one.
+* ``explore`` is random play that prefers what it has not tried yet: a uniformly random
+  admissible command among those never issued in this state's room this episode (any
+  admissible one when all were); it covers a game's rooms and object states with fewer
+  steps than ``random`` (the experience model learns the world from such logs).
 
 Randomness comes only from the ``random.Random`` each policy is built with, so an
 episode is a pure function of its seed.
@@ -15,12 +19,12 @@ from __future__ import annotations
 
 import random
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from components.envs.base import ADMISSIBLE, Env
 
-POLICIES = ("expert", "noisy", "random")
+POLICIES = ("expert", "noisy", "random", "explore")
 
 # objects that no generated game contains, and verbs that fit no object
 _MISSING_OBJECTS = (
@@ -135,6 +139,28 @@ class RandomPolicy:
         return _random_admissible(info, self.rng)
 
 
+@dataclass
+class ExplorePolicy:
+    """Random play preferring commands not yet tried in the current room (no expert)."""
+
+    rng: random.Random
+    p_invalid: float
+    name: str = "explore"
+    _tried: set[tuple[str, str]] = field(default_factory=set)  # one policy per episode
+
+    def act(self, info: dict[str, Any], expert: ExpertSource) -> str:
+        """An untried admissible command of this room (or any, once all were tried)."""
+        del expert
+        if self.rng.random() < self.p_invalid:
+            return invalid_command(info.get(ADMISSIBLE) or [], self.rng)
+        admissible = info.get(ADMISSIBLE) or []
+        room = str(info.get("location", ""))
+        fresh = [a for a in admissible if (room, a) not in self._tried]
+        action = self.rng.choice(fresh or admissible) if admissible else "look"
+        self._tried.add((room, action))
+        return action
+
+
 def make_policy(name: str, seed: int, epsilon: float, p_invalid: float) -> Policy:
     """A policy by name, with its own RNG seeded by ``seed``."""
     rng = random.Random(seed)
@@ -144,6 +170,8 @@ def make_policy(name: str, seed: int, epsilon: float, p_invalid: float) -> Polic
         return NoisyPolicy(rng, epsilon=epsilon, p_invalid=p_invalid)
     if name == "random":
         return RandomPolicy(rng, p_invalid=p_invalid)
+    if name == "explore":
+        return ExplorePolicy(rng, p_invalid=p_invalid)
     raise ValueError(f"unknown policy {name!r}; known: {list(POLICIES)}")
 
 
@@ -151,6 +179,6 @@ def behaviour_key(name: str, epsilon: float, p_invalid: float) -> tuple[object, 
     """The parameters that shape a policy's episodes (part of its episode ids)."""
     if name == "noisy":
         return (name, epsilon, p_invalid)
-    if name == "random":
+    if name in ("random", "explore"):
         return (name, p_invalid)
     return (name,)

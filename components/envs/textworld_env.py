@@ -105,13 +105,22 @@ class TextWorldEnv(EpisodicEnv):
     name = ENV_NAME
 
     def __init__(
-        self, max_steps: int, root: Path | None = None, state_format: str = "compact"
+        self,
+        max_steps: int,
+        root: Path | None = None,
+        state_format: str = "compact",
+        *,
+        expert: bool = True,
     ) -> None:
         super().__init__(max_steps)
         if state_format not in STATE_FORMATS:
             raise ValueError(f"state_format must be one of {STATE_FORMATS}")
         self.state_format = state_format
         self.root = Path(root) if root is not None else None
+        # TextWorld replans its winning policy after every command when asked for it; only
+        # collection needs that plan (expert_action), and without it a step is ~2x cheaper
+        self.expert = expert
+        self._location = "unknown"
         self._tw: Any = None  # the textworld environment, reused while the game is the same
         self._game_path: str | None = None
         self._state: Any = None
@@ -138,16 +147,20 @@ class TextWorldEnv(EpisodicEnv):
         problem = story_file_problem(path) if path.suffix.startswith(".z") else None
         if problem is not None:  # loading it would exit() this very process
             raise EnvError(f"cannot start {path}: {problem}")
+        compact = self.state_format == "compact"
+        # The compact state is rendered from the facts and the room name read off the
+        # feedback's "-= Room =-" header: asking TextWorld for the description and the
+        # inventory too would make it send "look" and "inventory" after every command.
         infos = textworld.EnvInfos(
             feedback=True,
-            description=True,
-            inventory=True,
+            description=not compact,
+            inventory=not compact,
             admissible_commands=True,
-            policy_commands=True,
+            policy_commands=self.expert,
             won=True,
             lost=True,
             objective=True,
-            facts=self.state_format == "compact",
+            facts=compact,
         )
         try:
             self._tw = textworld.start(str(path), request_infos=infos)
@@ -186,6 +199,7 @@ class TextWorldEnv(EpisodicEnv):
         self._history = []
         self._state = state
         self._done = False
+        self._location = "unknown"  # until the first "-= Room =-" header
         self._admissible = sorted(state.get("admissible_commands") or [])
         objective = state.get("objective") or task.instruction
         feedback = clean_feedback(state.get("feedback", ""), objective)
@@ -229,6 +243,8 @@ class TextWorldEnv(EpisodicEnv):
 
     def expert_action(self) -> str | None:
         """The next command of TextWorld's winning policy from the current state, if any."""
+        if not self.expert:
+            raise RuntimeError("this TextWorldEnv was made with expert=False (no plan)")
         if self._state is None or self._done:
             return None
         plan = self._state.get("policy_commands") or []
@@ -240,21 +256,25 @@ class TextWorldEnv(EpisodicEnv):
     # -- helpers ---------------------------------------------------------------------------------
 
     def _observe(self, state: Any, feedback: str) -> tuple[str, str]:
-        location, description = split_description(state.get("description"))
-        inventory = clean_inventory(state.get("inventory"))
-        shown_description, shown_inventory = description, inventory
-        if self.state_format == "compact" and state.get("facts") is not None:
-            shown_description = compact_description(state["facts"])
-            shown_inventory = compact_inventory(state["facts"])
-        # Moving or looking answers with the room description, already in the state: keep
-        # only what the feedback adds to it.
-        rest = feedback
-        for part in (f"-= {location} =-", description):
-            if part:
-                rest = rest.replace(part, " ")
-        rest = collapse(rest)
+        if self.state_format == "compact":
+            # Moving or looking answers with "-= Room =-" and the room's description, which
+            # the state already renders from the facts: keep what the feedback says before it.
+            header = _HEADER.search(feedback)
+            if header is not None:
+                self._location = header.group(1)
+                feedback = feedback[: header.start()]
+            facts = state.get("facts") or []
+            description, inventory = compact_description(facts), compact_inventory(facts)
+            location = self._location
+        else:
+            location, description = split_description(state.get("description"))
+            inventory = clean_inventory(state.get("inventory"))
+            for part in (f"-= {location} =-", description):
+                if part:
+                    feedback = feedback.replace(part, " ")
+        rest = collapse(feedback)
         shown = rest or f"You are in the {location}."
-        return render_state(location, shown_description, shown_inventory, shown), location
+        return render_state(location, description, inventory, shown), location
 
     def _info(self, state: Any, feedback: str, location: str, valid: bool) -> dict[str, Any]:
         return {

@@ -28,6 +28,7 @@ import logging
 import math
 import os
 import random
+import re
 import shutil
 import threading
 import time
@@ -363,7 +364,8 @@ def generate_task_suite(
                 bar.update(1)
         bar.close()
         shutil.rmtree(games_dir / ".tmp", ignore_errors=True)
-    tasks = [_task(spec, metas[spec.task_id], out_dir, root) for spec in specs]
+    modes = {f.name: f.instruction for f in cfg.tasks.families}
+    tasks = [_task(s, metas[s.task_id], out_dir, root, modes[s.family]) for s in specs]
     long = [t.task_id for t in tasks if len(t.walkthrough or []) > cfg.env.max_steps]
     if long:
         log.warning("%d games need more than env.max_steps steps: %s", len(long), long)
@@ -374,14 +376,42 @@ def generate_task_suite(
     return tasks
 
 
-def _task(spec: GameSpec, meta: dict[str, Any], out_dir: Path, root: Path) -> Task:
+_LEAD = re.compile(r"^[^,]{0,60},\s+")  # "And then, " / "If you can succeed at that, "
+
+
+def goal_sentence(objective: str, walkthrough: list[str]) -> str:
+    """The objective's sentence naming what its last command acts on, without its lead-in.
+
+    TextWorld's objectives list every step ("First, go east. Then ... And then, retrieve
+    the insect from the floor of the pantry."); the goal keeps only where the task ends.
+    """
+    last = walkthrough[-1] if walkthrough else ""
+    target = last.split(" ", 1)[1] if " " in last else last
+    for prep in (" from ", " into ", " on ", " with ", " in "):
+        target = target.split(prep, 1)[0]
+    sentences = [s.strip() for s in re.split(r"(?<=[.!?])\s+", objective) if s.strip()]
+    found = [s for s in sentences if target and target.lower() in s.lower()]
+    if not found:
+        return objective
+    sentence = found[-1]
+    while (lead := _LEAD.match(sentence)) and target.lower() not in lead.group(0).lower():
+        sentence = sentence[lead.end() :]
+    return sentence[:1].upper() + sentence[1:]
+
+
+def _task(
+    spec: GameSpec, meta: dict[str, Any], out_dir: Path, root: Path, mode: str = "walkthrough"
+) -> Task:
+    instruction = meta["instruction"]
+    if mode == "goal":
+        instruction = goal_sentence(instruction, list(meta["walkthrough"]))
     return Task(
         task_id=spec.task_id,
         env=ENV_NAME,
         family=spec.family,
         difficulty=spec.difficulty,
         split=spec.split,
-        instruction=meta["instruction"],
+        instruction=instruction,
         seed=int(meta["game_seed"]),
         game_file=_game_path(out_dir, root, spec.task_id),
         walkthrough=list(meta["walkthrough"]),
