@@ -36,7 +36,6 @@ from components.agent.policy import (
     render_prompt,
 )
 from components.agent.policy_model import MALFORMED_ACTION
-from components.agent.sft_data import feedback_of
 from components.envs.base import ADMISSIBLE, VALID, Env, EnvError
 from components.evaluation.fidelity import wilson_interval
 from components.schema import Task
@@ -152,17 +151,10 @@ class LiveEpisode:
     task: Task
     seed: int
     env: Env
-    state: str
-    admissible: tuple[str, ...] | None
-    history: list[tuple[str, str]] = field(default_factory=list)
+    seen: Observation  # the next decision's input (as sft_data.observation_at offline)
     actions: list[str] = field(default_factory=list)
     malformed: int = 0
     invalid: int = 0
-
-    def observation(self, history_len: int) -> Observation:
-        """The next decision's input, built as sft_data.observation_at builds it offline."""
-        recent = self.history[-history_len:] if history_len > 0 else []
-        return Observation(self.task.instruction, self.state, tuple(recent), self.admissible)
 
     def record(self, success: bool, truncated: bool, error: str | None = None) -> EpisodeRecord:
         """The finished episode."""
@@ -185,7 +177,6 @@ def run_episodes(
     make_env: Callable[[], Env],
     *,
     seed: int = 0,
-    history_len: int = 2,
     parallel: int = 8,
 ) -> list[EpisodeRecord]:
     """One episode per task, ``parallel`` at a time in lockstep; records in task order."""
@@ -208,7 +199,7 @@ def run_episodes(
             if not live:
                 continue
             slots = sorted(live)
-            answers = policy.act([live[s][1].observation(history_len) for s in slots])
+            answers = policy.act([live[s][1].seen for s in slots])
             for slot, answer in zip(slots, answers, strict=True):
                 index, episode = live[slot]
                 finished = apply_answer(episode, answer)
@@ -231,7 +222,13 @@ def start_episode(task: Task, seed: int, env: Env) -> LiveEpisode | EpisodeRecor
         env.close()
         return EpisodeRecord(task.task_id, seed, False, 0, 0, 0, False, str(err))
     admissible = info.get(ADMISSIBLE)
-    return LiveEpisode(task, seed, env, obs, tuple(admissible) if admissible else None)
+    seen = Observation(
+        task.instruction,
+        obs,
+        admissible=tuple(admissible) if admissible else None,
+        initial_state=obs,
+    )
+    return LiveEpisode(task, seed, env, seen)
 
 
 def apply_answer(episode: LiveEpisode, answer: Answer) -> EpisodeRecord | None:
@@ -247,10 +244,7 @@ def apply_answer(episode: LiveEpisode, answer: Answer) -> EpisodeRecord | None:
     episode.invalid += int(not info.get(VALID, True))
     if terminated or truncated:
         return episode.record(success=bool(reward), truncated=truncated and not terminated)
-    episode.history.append((answer.action, feedback_of(obs)))
-    episode.state = obs
-    admissible = info.get(ADMISSIBLE)
-    episode.admissible = tuple(admissible) if admissible else None
+    episode.seen = episode.seen.then(answer.action, obs, info.get(ADMISSIBLE))
     return None
 
 
@@ -311,7 +305,6 @@ def evaluate(
     *,
     seeds: Sequence[int] = (0,),
     greedy: bool = True,
-    history_len: int = 2,
     parallel: int = 8,
 ) -> EvalResult:
     """Run every task once per seed (only the first seed when ``greedy``)."""
@@ -326,9 +319,7 @@ def evaluate(
     episodes: list[EpisodeRecord] = []
     for seed in run:
         torch.manual_seed(seed)  # sampling policies draw from torch's generator
-        episodes += run_episodes(
-            policy, tasks, make_env, seed=seed, history_len=history_len, parallel=parallel
-        )
+        episodes += run_episodes(policy, tasks, make_env, seed=seed, parallel=parallel)
     return EvalResult(episodes, run, tuple(seeds), time.perf_counter() - start)
 
 

@@ -42,14 +42,43 @@ class PolicySettings:
     max_admissible: int = 40  # long lists are cut (after sorting) to bound the prompt
 
 
+FEEDBACK_PREFIX = "Feedback:"  # last line of an abstract state (components/envs)
+
+
+def feedback_of(state: str) -> str:
+    """The env's answer to the last action: the state's ``Feedback:`` line (else the state)."""
+    for line in reversed(state.splitlines()):
+        if line.startswith(FEEDBACK_PREFIX):
+            return line[len(FEEDBACK_PREFIX) :].strip()
+    return state.strip()
+
+
 @dataclass(frozen=True)
 class Observation:
-    """Everything the policy sees for one decision."""
+    """Everything the policy sees for one decision.
+
+    ``history`` is the whole episode so far as (action, resulting state) pairs, oldest
+    first, and ``initial_state`` the state it started from: the same record in offline
+    data, real rollouts, synthetic rollouts and evaluation. What a policy shows of it is
+    its own business (the LM prompt: the last ``history_len`` actions and feedbacks; the
+    scoring policy: a memory of the whole episode).
+    """
 
     instruction: str
     state: str
-    history: tuple[tuple[str, str], ...] = ()  # (action, feedback) pairs, oldest first
+    history: tuple[tuple[str, str], ...] = ()
     admissible: tuple[str, ...] | None = None
+    initial_state: str | None = None
+
+    def then(self, action: str, result: str, admissible: Sequence[str] | None) -> Observation:
+        """The next decision's observation after ``action`` led to ``result``."""
+        return Observation(
+            instruction=self.instruction,
+            state=result,
+            history=(*self.history, (action, result)),
+            admissible=tuple(admissible) if admissible else None,
+            initial_state=self.initial_state if self.initial_state is not None else self.state,
+        )
 
 
 @dataclass(frozen=True)
@@ -65,7 +94,7 @@ def render_prompt(obs: Observation, settings: PolicySettings) -> list[dict[str, 
     parts = [f"Task: {obs.instruction}"]
     history = obs.history[-settings.history_len :] if settings.history_len > 0 else ()
     if history:
-        steps = "\n".join(f"- {a} -> {f}" for a, f in history)
+        steps = "\n".join(f"- {a} -> {feedback_of(s)}" for a, s in history)
         parts.append(f"Recent history:\n{steps}")
     parts.append(f"Current state:\n{obs.state}")
     if settings.show_admissible and obs.admissible:

@@ -54,6 +54,7 @@ class ActResult:
     prompt_ids: tuple[int, ...]
     completion_ids: tuple[int, ...]
     logprobs: tuple[float, ...]  # one per completion token (empty if not requested)
+    features: Any = None  # what a non-LM policy needs to rescore the decision (scorer.py)
 
     @property
     def malformed(self) -> bool:
@@ -275,6 +276,36 @@ class PolicyModel:
         return self._generator
 
     # -- scoring -----------------------------------------------------------------------------
+
+    def score(
+        self,
+        acts: Sequence[ActResult],
+        temperature: float = 1.0,
+        *,
+        with_entropy: bool = False,
+        with_hidden: bool = False,
+    ) -> TokenScores:
+        """Rescore sampled decisions (the policy interface RL trains through)."""
+        return self.sequence_logprobs(
+            [a.prompt_ids for a in acts],
+            [a.completion_ids for a in acts],
+            temperature,
+            with_entropy=with_entropy,
+            with_hidden=with_hidden,
+        )
+
+    def act_logprobs(
+        self, acts: Sequence[ActResult], temperature: float = 1.0
+    ) -> list[tuple[float, ...]]:
+        """Per-token log-probabilities of sampled decisions (no gradients)."""
+        return self.completion_logprobs(
+            [a.prompt_ids for a in acts], [a.completion_ids for a in acts], temperature
+        )
+
+    @property
+    def hidden_size(self) -> int:
+        """Width of the hidden state a value head reads."""
+        return int(self.model.config.get_text_config().hidden_size)
 
     def completion_logprobs(
         self,

@@ -17,10 +17,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from components.agent.policy import (
+    FEEDBACK_PREFIX,
     SYSTEM_PROMPT,
     Observation,
     PolicySettings,
     expert_reasoning,
+    feedback_of,
     render_answer,
     render_prompt,
 )
@@ -28,15 +30,7 @@ from components.schema import Trajectory, Transition
 
 TRAIN_SPLIT = "train"
 USABLE_SPLITS = ("train", "validation")  # never "test"
-FEEDBACK_PREFIX = "Feedback:"  # last line of an abstract state (components/envs)
-
-
-def feedback_of(state: str) -> str:
-    """The env's answer to the last action: the state's ``Feedback:`` line (else the state)."""
-    for line in reversed(state.splitlines()):
-        if line.startswith(FEEDBACK_PREFIX):
-            return line[len(FEEDBACK_PREFIX) :].strip()
-    return state.strip()
+__all__ = ["feedback_of", "observation_at", "state_core"]
 
 
 def state_core(state: str) -> str:
@@ -44,21 +38,22 @@ def state_core(state: str) -> str:
     return "\n".join(ln for ln in state.splitlines() if not ln.startswith(FEEDBACK_PREFIX))
 
 
-def history_of(steps: Sequence[Transition], history_len: int) -> tuple[tuple[str, str], ...]:
-    """The last ``history_len`` (action, feedback) pairs of an episode prefix."""
-    if history_len <= 0:
-        return ()
-    return tuple((s.action, feedback_of(s.next_state)) for s in steps[-history_len:])
+def history_of(steps: Sequence[Transition]) -> tuple[tuple[str, str], ...]:
+    """The (action, resulting state) pairs of an episode prefix."""
+    return tuple((s.action, s.next_state) for s in steps)
 
 
-def observation_at(traj: Trajectory, i: int, settings: PolicySettings) -> Observation:
-    """What the policy saw before step ``i`` of a recorded trajectory."""
+def observation_at(traj: Trajectory, i: int, settings: PolicySettings | None = None) -> Observation:
+    """What the policy saw before step ``i`` of a recorded trajectory (as live, see
+    ``Observation``; ``settings`` only decide what a prompt shows of it)."""
+    del settings
     step = traj.steps[i]
     return Observation(
         instruction=step.instruction,
         state=step.state,
-        history=history_of(traj.steps[:i], settings.history_len),
+        history=history_of(traj.steps[:i]),
         admissible=tuple(step.admissible_actions) if step.admissible_actions else None,
+        initial_state=traj.initial_state,
     )
 
 

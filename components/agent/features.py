@@ -1,0 +1,178 @@
+"""What the command-scoring policy sees: an episode memory and per-command features.
+
+The cpu-profile policy (components/agent/scorer.py) scores each admissible command. Its
+inputs are built here from the same ``Observation`` every policy gets (task, the episode's
+(action, resulting state) history, current state, admissible commands), so it runs
+unchanged in the real and the synthetic env:
+
+* ``EpisodeMemory`` (components/memory.py) is what the agent remembers of its own
+  episode, nothing privileged: rooms visited, (room, command) pairs tried, where each
+  exit led, and how far it got through the task's instructions.
+* ``Featurizer.decide`` turns (memory, admissible commands) into a candidate matrix
+  ``[k, F]`` and a context vector: frozen text embeddings of the command, the current
+  instruction sentence, the room, the inventory and the last action (products of them
+  give the head word-overlap signals), plus, in the ``full`` design, a few scalars per
+  command (its verb, overlap with the instruction sentences ahead and behind the
+  pointer, whether it was tried here already, where a ``go`` leads).
+
+Frozen encoders keep it fast on two cores: embeddings are cached per string.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal
+
+import numpy as np
+
+from components.memory import (
+    OPPOSITE,
+    VERBS,
+    EpisodeMemory,
+    command_content,
+    content_words,
+    overlap,
+    verb_in,
+    verb_of,
+)
+
+if TYPE_CHECKING:
+    from components.agent.policy import Observation
+    from components.buffer.embedders import Embedder
+
+Design = Literal["full", "embeddings"]
+DESIGNS: tuple[Design, ...] = ("full", "embeddings")
+
+
+def command_scalars(mem: EpisodeMemory, command: str) -> list[float]:
+    """Hand-made features of one command given the memory (design ``full``)."""
+    verb = verb_of(command)
+    p, sw = mem.pointer, mem.step_words
+    ahead = sw[p] if p < len(sw) else set()
+    after = sw[p + 1] if p + 1 < len(sw) else set()
+    goal = set().union(*sw) if sw else set()
+    objects = command_content(command)
+    tried_here = mem.tried.get((mem.location, command), 0)
+    go = [0.0] * 5
+    if verb == "go":
+        direction = command[3:]
+        dest = mem.exits.get((mem.location, direction))
+        go = [
+            1.0,
+            float(dest is not None),
+            min(mem.visits.get(dest, 0), 3) / 3 if dest else 0.0,
+            float(OPPOSITE.get(mem.last_direction) == direction and mem.last_action[:3] == "go "),
+            float(dest is None and tried_here == 0),
+        ]
+    next_overlap, next_verb = overlap(command, ahead), verb_in(command, ahead)
+    return [
+        *(float(verb == v) for v in (*VERBS, "other")),
+        next_overlap,
+        overlap(command, after),
+        max((overlap(command, s) for s in sw[p:]), default=0.0),
+        max((overlap(command, s) for s in sw[:p]), default=0.0),
+        next_verb,
+        max((verb_in(command, s) * (overlap(command, s) > 0) for s in sw[p:]), default=0.0),
+        next_overlap * next_verb,
+        len(objects & goal) / len(objects) if objects else 0.0,
+        len(objects & content_words(mem.inventory)) / len(objects) if objects else 0.0,
+        min(tried_here, 3) / 3,
+        min(mem.used.get(command, 0), 3) / 3,
+        float(tried_here == 0),
+        float(command == mem.last_action),
+        *go,
+    ]
+
+
+def context_scalars(mem: EpisodeMemory, max_steps: int) -> list[float]:
+    """Hand-made features of the decision as a whole (design ``full``)."""
+    n = max(1, len(mem.steps))
+    return [
+        mem.n_steps / max_steps,
+        min(mem.visits.get(mem.location, 0), 4) / 4,
+        mem.pointer / n,
+        float(mem.pointer >= len(mem.steps)),
+        float(mem.last_changed),
+        float(len(mem.steps) == 1),
+    ]
+
+
+N_COMMAND_SCALARS = len(VERBS) + 1 + 18  # verb one-hot + the 18 others (tested)
+N_CONTEXT_SCALARS = 6
+N_CONTEXT_TEXTS = 4  # instruction sentence, surroundings, inventory, last action
+
+
+class CachedEncoder:
+    """A frozen text embedder truncated to ``dim`` (Matryoshka), cached per string."""
+
+    def __init__(self, embedder: Embedder, dim: int, max_cache: int = 200_000) -> None:
+        if dim > embedder.dim:
+            raise ValueError(f"dim {dim} > the embedder's {embedder.dim}")
+        self.embedder, self.dim, self.max_cache = embedder, dim, max_cache
+        self._cache: dict[str, np.ndarray] = {}
+
+    def __call__(self, texts: Sequence[str]) -> np.ndarray:
+        """``[len(texts), dim]`` unit rows."""
+        missing = [t for t in dict.fromkeys(texts) if t not in self._cache]
+        if missing:
+            if len(self._cache) + len(missing) > self.max_cache:
+                self._cache.clear()  # rare; a bounded memory matters more than hits
+            vecs = np.asarray(self.embedder.embed(missing), dtype=np.float32)[:, : self.dim]
+            vecs /= np.maximum(np.linalg.norm(vecs, axis=1, keepdims=True), 1e-8)
+            self._cache.update(zip(missing, vecs, strict=True))
+        if not texts:
+            return np.zeros((0, self.dim), np.float32)
+        return np.stack([self._cache[t] for t in texts])
+
+
+@dataclass(frozen=True)
+class Decision:
+    """The policy's inputs for one decision: one row per admissible command."""
+
+    commands: tuple[str, ...]
+    candidates: np.ndarray  # [k, candidate_dim]
+    context: np.ndarray  # [context_dim]
+
+
+class Featurizer:
+    """Observation -> Decision (see the module docstring)."""
+
+    def __init__(self, encoder: CachedEncoder, max_steps: int, design: Design = "full") -> None:
+        if design not in DESIGNS:
+            raise ValueError(f"unknown feature design {design!r}; known: {DESIGNS}")
+        self.encoder, self.max_steps, self.design = encoder, max_steps, design
+
+    @property
+    def candidate_dim(self) -> int:
+        """Width of a command's feature row."""
+        return 3 * self.encoder.dim + (N_COMMAND_SCALARS if self.design == "full" else 0)
+
+    @property
+    def context_dim(self) -> int:
+        """Width of the context vector."""
+        extra = N_CONTEXT_SCALARS if self.design == "full" else 0
+        return N_CONTEXT_TEXTS * self.encoder.dim + extra
+
+    def decide(self, obs: Observation) -> Decision:
+        """The features of every admissible command of ``obs``."""
+        if not obs.admissible:
+            raise ValueError(
+                "the scoring policy needs the admissible commands of every state "
+                "(this env or state gave none)"
+            )
+        first = obs.initial_state if obs.initial_state is not None else obs.state
+        mem = EpisodeMemory.replay(obs.instruction, first, obs.history)
+        commands = tuple(obs.admissible)
+        goal = mem.current_step if self.design == "full" else obs.instruction
+        texts = [goal, mem.surroundings, mem.inventory or "nothing", mem.last_action or "start"]
+        ctx = self.encoder(texts)
+        cmd = self.encoder(list(commands))
+        parts = [cmd, cmd * ctx[0], cmd * ctx[1]]
+        context = ctx.reshape(-1)
+        if self.design == "full":
+            scalars = [command_scalars(mem, c) for c in commands]
+            parts.append(np.asarray(scalars, np.float32))
+            extra = np.asarray(context_scalars(mem, self.max_steps), np.float32)
+            context = np.concatenate([context, extra])
+        return Decision(commands, np.concatenate(parts, axis=1), context.astype(np.float32))

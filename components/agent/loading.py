@@ -1,0 +1,128 @@
+"""Create, save and load policies of either kind behind one interface.
+
+``agent.policy`` picks the kind: ``scorer`` (components/agent/scorer.py, the cpu
+default) or ``lm`` (a causal LM, components/agent/policy_model.py). A saved policy is a
+directory with its weights, a ``policy.json`` meta file (method, seed, real steps its
+training used) and either ``scorer.json`` or the LM's ``config.json``;
+``load_policy`` tells them apart, so evaluation, RL and the registry never need to know.
+Methods keep one directory per training seed: ``models/policy/<method>/seed-<s>``.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from components.agent.policy import Decision, Observation
+from components.agent.policy_model import MALFORMED_ACTION, ActResult
+from components.agent.scorer import ScorerPolicy, ScorerSettings, is_scorer_dir
+from components.config import AgentConfig, Config
+
+META_FILE = "policy.json"
+SEED_DIR = "seed-{seed}"
+
+
+def seed_dir(method_dir: Path, seed: int) -> Path:
+    """The directory of one training seed of a method."""
+    return Path(method_dir) / SEED_DIR.format(seed=seed)
+
+
+def new_scorer(cfg: Config, seed: int) -> ScorerPolicy:
+    """A freshly initialised scoring policy of ``agent.scorer``'s shape."""
+    s = cfg.agent.scorer
+    settings = ScorerSettings(
+        embedder=s.embedder,
+        dim=s.dim,
+        hidden=s.hidden,
+        design=s.design,
+        max_steps=cfg.env.max_steps,
+    )
+    return ScorerPolicy(settings, seed=seed)
+
+
+def is_policy_dir(path: Path) -> bool:
+    """``path`` holds a saved policy of either kind."""
+    return is_scorer_dir(path) or (Path(path) / "config.json").exists()
+
+
+def load_policy(path: Path, acfg: AgentConfig | None = None, *, trainable: bool = False) -> Any:
+    """A saved policy; an LM continuing training gets fresh LoRA adapters if ``agent.lora``."""
+    path = Path(path)
+    if is_scorer_dir(path):
+        return ScorerPolicy.load(path)
+    if not (path / "config.json").exists():
+        raise FileNotFoundError(f"no policy under {path}: train it first")
+    from components.agent.policy_model import LoraSettings, PolicyModel
+
+    policy = PolicyModel.from_dir(path)
+    if trainable and acfg is not None and acfg.lora:
+        policy.add_lora(LoraSettings(r=acfg.lora_r, alpha=acfg.lora_alpha))
+    return policy
+
+
+def save_policy(policy: Any, dst: Path, meta: dict[str, Any]) -> None:
+    """Save ``policy`` with its meta to ``dst``, replacing it atomically (tmp + rename)."""
+    dst = Path(dst)
+    tmp = dst.with_name(dst.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    policy.save(tmp)
+    (tmp / META_FILE).write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
+    shutil.rmtree(dst, ignore_errors=True)
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    tmp.rename(dst)
+
+
+def publish_dir(src: Path, dst: Path, meta: dict[str, Any]) -> None:
+    """Copy an already saved policy directory to ``dst`` with its meta, atomically."""
+    tmp = Path(dst).with_name(Path(dst).name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    shutil.copytree(src, tmp)
+    (tmp / META_FILE).write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
+    shutil.rmtree(dst, ignore_errors=True)
+    Path(dst).parent.mkdir(parents=True, exist_ok=True)
+    tmp.rename(dst)
+
+
+def read_meta(path: Path) -> dict[str, Any]:
+    """The ``policy.json`` of a saved policy ({} when absent)."""
+    f = Path(path) / META_FILE
+    return json.loads(f.read_text(encoding="utf-8")) if f.exists() else {}
+
+
+class Acting:
+    """A policy answering evaluation's ``act(observations)`` at a fixed temperature.
+
+    ``temperature == 0``: greedy. Sampling draws from torch's global generator, which
+    evaluation seeds per run.
+    """
+
+    def __init__(self, policy: Any, temperature: float, max_new_tokens: int = 64) -> None:
+        self.policy, self.temperature, self.max_new_tokens = policy, temperature, max_new_tokens
+
+    def act(self, observations: Sequence[Observation]) -> list[ActResult]:
+        """One decision per observation."""
+        return self.policy.act(
+            observations, temperature=self.temperature, max_new_tokens=self.max_new_tokens
+        )
+
+
+class RandomAdmissible:
+    """The random baseline: a uniformly random admissible command (seeded)."""
+
+    def __init__(self, seed: int) -> None:
+        import random
+
+        self.rng = random.Random(seed)
+
+    def act(self, observations: Sequence[Observation]) -> list[ActResult]:
+        """A random admissible command per observation (``noop`` if none is known)."""
+        out = []
+        for obs in observations:
+            options = list(obs.admissible or ())
+            action = self.rng.choice(options) if options else MALFORMED_ACTION
+            answer = Decision(action, None) if options else None
+            out.append(ActResult(action, action, answer, None, (), (), ()))
+        return out

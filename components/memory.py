@@ -1,0 +1,170 @@
+"""What an agent (or a world model) remembers of a text-game episode, and word helpers.
+
+Shared by the scoring policy's features (components/agent/features.py) and the grounded
+experience model (components/experience/grounded.py), so both read instructions and
+abstract states the same way. Nothing here is privileged: an ``EpisodeMemory`` is built
+only from the task's instruction and the episode's own (action, resulting state) record.
+
+* the instruction is cut into step sentences (those naming a verb or a direction); an
+  instruction pointer advances when an executed command matches the next step sentence
+  (all its object/direction words appear there, and a word for its verb or it is a move)
+  and changed the world;
+* rooms visited, (room, command) pairs tried and where each exit led are counted.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+_WORD = re.compile(r"[a-z0-9]+")
+_SENTENCE = re.compile(r"(?<=[.!?])\s+")
+_STOPWORDS = "the a an from on in into with to of and then that is it this you your be if can "
+_STOPWORDS += "please i need me at inside within onto up for will so by as are its there"
+STOPWORDS = frozenset(_STOPWORDS.split())
+DIRECTIONS = ("north", "south", "east", "west")
+OPPOSITE = {"north": "south", "south": "north", "east": "west", "west": "east"}
+VERBS = ("go", "take", "drop", "put", "insert", "open", "close", "unlock", "lock", "examine")
+VERBS += ("look", "inventory", "eat")
+# Instruction words meaning a command verb: frozen static embeddings do not know that
+# "retrieve" means "take"; this small lexicon does (an LM policy would know it).
+VERB_WORDS: dict[str, frozenset[str]] = {
+    "go": frozenset(("go", "venture", "head", "travel", "trip", "walk", "move", "attempt"))
+    | {"try", "make"},
+    "take": frozenset(("take", "retrieve", "recover", "lift", "pick", "grab", "get", "fetch"))
+    | {"obtain", "find"},
+    "put": frozenset(("put", "place", "set", "rest", "stick", "lay")),
+    "insert": frozenset(("insert", "put", "place", "stick", "set")),
+    "open": frozenset(("open", "ajar")),
+    "close": frozenset(("close", "shut", "closed")),
+    "unlock": frozenset(("unlock", "unlocked")),
+    "lock": frozenset(("lock", "locked")),
+    "drop": frozenset(("drop", "discard", "down")),
+    "eat": frozenset(("eat", "consume")),
+}
+_STEP_WORDS = frozenset(DIRECTIONS).union(*VERB_WORDS.values())
+
+
+def words(text: str) -> list[str]:
+    """Lower-case word tokens."""
+    return _WORD.findall(text.lower())
+
+
+def content_words(text: str) -> set[str]:
+    """Words that name things (stopwords removed)."""
+    return {w for w in words(text) if w not in STOPWORDS}
+
+
+def verb_of(command: str) -> str:
+    """The command's verb, or ``other``."""
+    first = command.split(" ", 1)[0].lower()
+    return first if first in VERBS else "other"
+
+
+def command_content(command: str) -> set[str]:
+    """The command's object and direction words (its verb dropped)."""
+    ws = words(command)
+    return {w for w in ws[1:] if w not in STOPWORDS}
+
+
+def instruction_steps(instruction: str) -> list[str]:
+    """The instruction's sentences that can name a step (a verb or direction word in them)."""
+    steps = [s for s in _SENTENCE.split(instruction.strip()) if content_words(s) & _STEP_WORDS]
+    return steps or [instruction]
+
+
+def overlap(command: str, sentence_words: set[str]) -> float:
+    """Share of the command's content words that the sentence contains."""
+    cw = command_content(command)
+    return len(cw & sentence_words) / len(cw) if cw else 0.0
+
+
+def verb_in(command: str, sentence_words: set[str]) -> float:
+    """1 if the sentence uses a word for the command's verb."""
+    lexicon = VERB_WORDS.get(verb_of(command))
+    return float(bool(lexicon and lexicon & sentence_words))
+
+
+def split_state(state: str) -> tuple[str, str, str]:
+    """(location, surroundings, inventory) of a ``Key: value`` abstract state."""
+    location, inventory, rest = "", "", []
+    for line in state.splitlines():
+        if line.startswith("Location: "):
+            location = line[len("Location: ") :]
+        elif line.startswith("Inventory: "):
+            inventory = line[len("Inventory: ") :]
+        elif not line.startswith("Feedback: "):
+            rest.append(line)
+    return location, " ".join(rest), inventory
+
+
+@dataclass
+class EpisodeMemory:
+    """The agent's memory of its episode so far (see the module docstring)."""
+
+    instruction: str
+    steps: list[str] = field(default_factory=list)
+    step_words: list[set[str]] = field(default_factory=list)
+    pointer: int = 0  # instruction sentences done
+    visits: dict[str, int] = field(default_factory=dict)
+    tried: dict[tuple[str, str], int] = field(default_factory=dict)
+    used: dict[str, int] = field(default_factory=dict)
+    exits: dict[tuple[str, str], str] = field(default_factory=dict)  # (room, dir) -> room
+    last_action: str = ""
+    last_direction: str = ""
+    last_changed: bool = True
+    n_steps: int = 0
+    location: str = ""
+    surroundings: str = ""
+    inventory: str = ""
+
+    @classmethod
+    def replay(
+        cls, instruction: str, initial_state: str, history: Sequence[tuple[str, str]] = ()
+    ) -> EpisodeMemory:
+        """The memory after ``history`` ((action, resulting state) pairs) from the start."""
+        steps = instruction_steps(instruction)
+        mem = cls(instruction, steps, [content_words(s) for s in steps])
+        mem._see(initial_state)
+        for action, result in history:
+            mem.update(action, result)
+        return mem
+
+    def copy(self) -> EpisodeMemory:
+        """An independent copy (to branch an episode)."""
+        return EpisodeMemory(
+            **{
+                k: (dict(v) if isinstance(v, dict) else list(v) if isinstance(v, list) else v)
+                for k, v in self.__dict__.items()
+            }
+        )
+
+    def _see(self, state: str) -> None:
+        self.location, self.surroundings, self.inventory = split_state(state)
+        self.visits[self.location] = self.visits.get(self.location, 0) + 1
+
+    def update(self, action: str, result: str) -> None:
+        """Remember that ``action`` led to the state ``result``."""
+        before = (self.location, self.surroundings, self.inventory)
+        self.tried[(self.location, action)] = self.tried.get((self.location, action), 0) + 1
+        self.used[action] = self.used.get(action, 0) + 1
+        self._see(result)
+        self.last_changed = (self.location, self.surroundings, self.inventory) != before
+        if action.startswith("go "):
+            direction = action[3:]
+            if self.location != before[0]:
+                self.exits[(before[0], direction)] = self.location
+            self.last_direction = direction
+        if self.last_changed and self.pointer < len(self.steps):
+            sentence = self.step_words[self.pointer]
+            done = overlap(action, sentence) >= 0.99
+            if done and (verb_in(action, sentence) or action.startswith("go ")):
+                self.pointer += 1
+        self.last_action = action
+        self.n_steps += 1
+
+    @property
+    def current_step(self) -> str:
+        """The instruction sentence the agent works on (the whole task when done)."""
+        return self.steps[self.pointer] if self.pointer < len(self.steps) else self.instruction
