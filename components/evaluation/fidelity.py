@@ -94,20 +94,6 @@ def total_variation(predicted: Sequence[str], real: Sequence[str]) -> float:
 
 def score_prediction(example: ExperienceExample, output: str, with_reasoning: bool) -> dict:
     """One row of the fidelity table: the parse outcome and the errors of one answer."""
-    row: dict[str, Any] = {
-        "id": example.id,
-        "episode_id": example.episode_id,
-        "task_id": example.task_id,
-        "step_index": example.step_index,
-        "action": example.action,
-        "reward_true": example.reward,
-        "next_state_true": example.next_state,
-        "output": output,
-        "copy_state_em": normalize_state(example.state) == normalize_state(example.next_state),
-        "copy_state_f1": token_f1(example.state, example.next_state),
-        "valid_true": example.valid_action,
-        "bucket_true": state_bucket(example.next_state),
-    }
     try:
         pred = parse_answer(
             output,
@@ -116,10 +102,39 @@ def score_prediction(example: ExperienceExample, output: str, with_reasoning: bo
             state_target=example.state_target,
         )
     except MalformedOutputError as err:
+        return score_row(example, output, None, None, error=str(err))
+    return score_row(example, output, pred.next_state, pred.reward)
+
+
+def score_row(
+    true: Any,
+    output: str,
+    next_state: str | None,
+    reward: int | None,
+    *,
+    error: str | None = None,
+) -> dict[str, Any]:
+    """A fidelity row from a real transition (``true``: id, episode_id, task_id, step_index,
+    state, action, next_state, reward, valid_action) and a prediction (None: malformed)."""
+    row: dict[str, Any] = {
+        "id": true.id,
+        "episode_id": true.episode_id,
+        "task_id": true.task_id,
+        "step_index": true.step_index,
+        "action": true.action,
+        "reward_true": true.reward,
+        "next_state_true": true.next_state,
+        "output": output,
+        "copy_state_em": normalize_state(true.state) == normalize_state(true.next_state),
+        "copy_state_f1": token_f1(true.state, true.next_state),
+        "valid_true": true.valid_action,
+        "bucket_true": state_bucket(true.next_state),
+    }
+    if next_state is None or reward is None:
         return {
             **row,
             "malformed": True,
-            "error": str(err),
+            "error": error or "malformed",
             "reward_pred": None,
             "reward_error": True,
             "state_em": False,
@@ -131,12 +146,12 @@ def score_prediction(example: ExperienceExample, output: str, with_reasoning: bo
         **row,
         "malformed": False,
         "error": None,
-        "reward_pred": pred.reward,
-        "reward_error": pred.reward != example.reward,
-        "state_em": normalize_state(pred.next_state) == normalize_state(example.next_state),
-        "state_f1": token_f1(pred.next_state, example.next_state),
-        "pred_unchanged": world_part(pred.next_state) == world_part(example.state),
-        "bucket_pred": state_bucket(pred.next_state),
+        "reward_pred": reward,
+        "reward_error": reward != true.reward,
+        "state_em": normalize_state(next_state) == normalize_state(true.next_state),
+        "state_f1": token_f1(next_state, true.next_state),
+        "pred_unchanged": world_part(next_state) == world_part(true.state),
+        "bucket_pred": state_bucket(next_state),
     }
 
 
@@ -162,6 +177,9 @@ def summarize(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
         "copy_baseline_state_exact_match": sum(r["copy_state_em"] for r in rows) / n,
         "copy_baseline_state_token_f1": sum(r["copy_state_f1"] for r in rows) / n,
     }
+    wins = sum(r["reward_true"] == 1 for r in rows)
+    # trivial baseline of reward accuracy: always predict the majority class
+    out["majority_baseline_reward_accuracy"] = max(wins, n - wins) / n
     for cls in (0, 1):
         sub = [r for r in rows if r["reward_true"] == cls]
         out[f"n_reward_{cls}"] = len(sub)
@@ -180,12 +198,18 @@ def _contract_metrics(rows: Sequence[dict[str, Any]], out: dict[str, Any]) -> di
     tp = sum(1 for r in rows if r["reward_true"] == 1 and r["reward_pred"] == 1)
     fp = sum(1 for r in rows if r["reward_true"] == 0 and r["reward_pred"] == 1)
     fn = sum(1 for r in rows if r["reward_true"] == 1 and r["reward_pred"] != 1)
+    scores = [r["win_score"] for r in rows if r.get("win_score") is not None]
     invalid = [r for r in rows if not r.get("valid_true", True)]
     invalid_ok = sum(1 for r in invalid if r["pred_unchanged"] and r["reward_pred"] == 0)
     return {
         "n_transitions": len(rows),
         "reward_accuracy": 1 - out["eps_R"],
         "success_f1": 2 * tp / (2 * tp + fp + fn) if tp + fp + fn else 1.0,
+        "success_precision": tp / (tp + fp) if tp + fp else 0.0,
+        "success_recall": tp / (tp + fn) if tp + fn else 0.0,
+        "success_auc": auc(scores, [r["reward_true"] for r in rows])
+        if len(scores) == len(rows)
+        else None,
         "n_invalid_actions": len(invalid),
         "invalid_action_accuracy": invalid_ok / len(invalid) if invalid else None,
         "state_soft_match": out["state_token_f1"],
@@ -194,6 +218,23 @@ def _contract_metrics(rows: Sequence[dict[str, Any]], out: dict[str, Any]) -> di
         ),
         "eps_P_pointwise": sum(r["bucket_pred"] != r["bucket_true"] for r in rows) / len(rows),
     }
+
+
+def auc(scores: Sequence[float], labels: Sequence[int]) -> float | None:
+    """Area under the ROC curve (probability a win outscores a non-win; ties count half)."""
+    pos = [s for s, y in zip(scores, labels, strict=True) if y == 1]
+    neg = [s for s, y in zip(scores, labels, strict=True) if y != 1]
+    if not pos or not neg:
+        return None
+    order = sorted(neg)
+    import bisect
+
+    wins = sum(
+        bisect.bisect_left(order, p)
+        + 0.5 * (bisect.bisect_right(order, p) - bisect.bisect_left(order, p))
+        for p in pos
+    )
+    return wins / (len(pos) * len(neg))
 
 
 def worst_rows(rows: Sequence[dict[str, Any]], n: int = 10) -> list[dict[str, Any]]:

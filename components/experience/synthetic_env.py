@@ -182,6 +182,48 @@ class _Episode:
     malformed: bool = False
 
 
+def stamp_trajectory(
+    ep: Any,
+    *,
+    namespace: str,
+    env: str,
+    policy: str,
+    iteration: int,
+    checkpoint: str | None,
+    split: str = "train",
+) -> Trajectory:
+    """A finished synthetic episode as a Trajectory with final ids and provenance.
+
+    ``ep`` has ``key``, ``task``, ``initial_state``, ``steps``, ``success``, ``truncated``.
+    The content hash keeps ids distinct across env instances that share a namespace.
+    """
+    content = stable_id(*(f"{t.action}\x1e{t.next_state}" for t in ep.steps))
+    episode_id = stable_id(namespace, iteration, checkpoint, policy, ep.key, content)
+    prov = Provenance(policy=policy, iteration=iteration, checkpoint=checkpoint)
+    steps = [
+        s.model_copy(
+            update={
+                "id": Transition.make_id(episode_id, s.step_index),
+                "episode_id": episode_id,
+                "provenance": prov,
+            }
+        )
+        for s in ep.steps
+    ]
+    return Trajectory(
+        episode_id=episode_id,
+        task_id=ep.task.task_id,
+        env=env,
+        split=split,  # type: ignore[arg-type]
+        source="synthetic",
+        policy=policy,
+        initial_state=ep.initial_state,
+        steps=steps,
+        success=ep.success,
+        truncated=ep.truncated,
+    )
+
+
 def generate_fns(
     backend: Any, cfg: SyntheticEnvConfig, stop: Sequence[str] = ("</reward>",)
 ) -> tuple[GenerateFn, GenerateFn]:
@@ -600,39 +642,19 @@ class VectorSyntheticEnv:
         include_empty: bool = False,
     ) -> list[Trajectory]:
         """The batch's episodes (restarted ones first) as synthetic Trajectory records."""
-        out = []
-        for ep in [*self._archive, *self._episodes]:
-            if not ep.steps and not include_empty:
-                continue
-            # the content hash keeps ids distinct across env instances that share a namespace
-            content = stable_id(*(f"{t.action}\x1e{t.next_state}" for t in ep.steps))
-            episode_id = stable_id(self.namespace, iteration, checkpoint, policy, ep.key, content)
-            prov = Provenance(policy=policy, iteration=iteration, checkpoint=checkpoint)
-            steps = [
-                s.model_copy(
-                    update={
-                        "id": Transition.make_id(episode_id, s.step_index),
-                        "episode_id": episode_id,
-                        "provenance": prov,
-                    }
-                )
-                for s in ep.steps
-            ]
-            out.append(
-                Trajectory(
-                    episode_id=episode_id,
-                    task_id=ep.task.task_id,
-                    env=self.name,
-                    split=split,  # type: ignore[arg-type]
-                    source="synthetic",
-                    policy=policy,
-                    initial_state=ep.initial_state,
-                    steps=steps,
-                    success=ep.success,
-                    truncated=ep.truncated,
-                )
+        return [
+            stamp_trajectory(
+                ep,
+                namespace=self.namespace,
+                env=self.name,
+                policy=policy,
+                iteration=iteration,
+                checkpoint=checkpoint,
+                split=split,
             )
-        return out
+            for ep in [*self._archive, *self._episodes]
+            if ep.steps or include_empty
+        ]
 
     def episode_reasoning(self) -> list[list[str | None]]:
         """Per slot, the model's reasoning for each recorded step (for judging)."""

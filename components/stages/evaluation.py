@@ -74,6 +74,7 @@ def replay_recorded_actions(
     no trajectory; the stats (``n_failed_malformed``, ``malformed_rate`` ...) count it.
     """
     from components.experience.dataset import PromptSettings
+    from components.experience.grounded import is_grounded_dir
     from components.experience.sft import load_meta
     from components.experience.synthetic_env import (
         RealStateIndex,
@@ -85,6 +86,24 @@ def replay_recorded_actions(
     from components.stages.experience import model_dir, open_retriever
 
     mdir = model_dir(paths, variant)
+    tasks = {t.task_id: t for t in read_jsonl(paths.tasks_file, Task)}
+    if is_grounded_dir(mdir):
+        from components.experience.grounded import GroundedModel
+        from components.experience.grounded_env import GroundedVectorEnv
+
+        initial = {
+            e.task_id: (e.initial_state, tuple(e.steps[0].admissible_actions or ()))
+            for e in episodes
+            if e.steps
+        }
+        venv: Any = GroundedVectorEnv(
+            GroundedModel.load(mdir),
+            max_steps=cfg.synthetic.max_steps,
+            env_name=cfg.env.name,
+            namespace=f"judge-{variant}",
+            initial_states=initial,
+        )
+        return _replay(venv, episodes, tasks, variant)
     settings = PromptSettings(**load_meta(mdir)["prompt"])
     model, tokenizer = load_pretrained_dir(mdir)
     generate, resample = local_generate_fns(Generator(model, tokenizer), cfg.synthetic)
@@ -99,7 +118,13 @@ def replay_recorded_actions(
         env_name=cfg.env.name,
         namespace=f"judge-{variant}",
     )
-    tasks = {t.task_id: t for t in read_jsonl(paths.tasks_file, Task)}
+    return _replay(venv, episodes, tasks, variant)
+
+
+def _replay(
+    venv: Any, episodes: list[Trajectory], tasks: dict[str, Task], variant: str
+) -> tuple[list[Trajectory], dict[str, float]]:
+    """Step ``episodes``' recorded actions through a synthetic vector env, all together."""
     from tqdm.auto import tqdm
 
     venv.reset([tasks[e.task_id] for e in episodes])

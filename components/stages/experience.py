@@ -147,12 +147,102 @@ def load_base_model(
     )
 
 
+GROUNDED = "grounded"  # experience.model of the cpu profile (components/experience/grounded.py)
+
+
+def grounded_settings(cfg: Config, variant: str) -> Any:
+    """The grounded model's switches after the pipeline's ablations and the variant's own."""
+    from components.experience.grounded import GroundedSettings
+
+    return GroundedSettings(
+        replay=not (cfg.ablation.no_replay or variant == "no_replay"),
+        history=not (cfg.ablation.no_history or variant == "no_history"),
+        seed=cfg.experience.seed,
+    )
+
+
+def train_grounded(cfg: Config, paths: Paths, variant: str) -> dict[str, Any]:
+    """Fit the grounded experience model on real train trajectories, save and register."""
+    from components.experience.grounded import GroundedModel
+    from components.tracking import register_model_dir, stage_run
+
+    start = time.perf_counter()
+    train = [t for t in _load_trajectories(paths) if t.split == "train" and t.source == "real"]
+    if not train:
+        raise ValueError(f"no real train-split trajectory in {paths.trajectories_file}")
+    settings = grounded_settings(cfg, variant)
+    data = {"trajectories": paths.trajectories_file}
+    stage = f"train_experience_model@{variant}"
+    with stage_run(stage, "experience", cfg, ("experience", "ablation"), paths.root, data) as run:
+        run.set_tags({"base_model": GROUNDED, "variant": variant})
+        model = GroundedModel(settings)
+        stats = model.fit(train)
+        out = model_dir(paths, variant)
+        tmp = out.with_name(out.name + ".tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        model.save(tmp)
+        meta = {"base_model": GROUNDED, "variant": variant, "settings": settings.__dict__}
+        (tmp / "meta.json").write_text(json.dumps(meta, indent=2, sort_keys=True))
+        shutil.rmtree(out, ignore_errors=True)
+        tmp.rename(out)
+        metrics = {**stats, "fit_seconds": round(time.perf_counter() - start, 2)}
+        run.log_metrics(numbers(metrics))
+        version = None
+        if variant == "full":
+            version = register_model_dir(
+                run,
+                out,
+                REGISTERED_MODEL,
+                aliases=(CANDIDATE_ALIAS,),
+                tags={"base_model": GROUNDED, "profile": cfg.profile},
+            )
+    write_json(paths.metrics / EXPERIENCE_METRICS_DIR / f"{variant}.json", numbers(metrics))
+    log.info("grounded experience model (%s) fitted: %s", variant, numbers(metrics))
+    return {**metrics, "registered_version": version, "model_dir": str(out)}
+
+
+def fidelity_grounded(
+    cfg: Config, paths: Paths, trajectories: list[Trajectory], variant: str
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """Single-step fidelity of a grounded variant on every validation transition."""
+    from components.evaluation.fidelity import score_row, summarize
+    from components.experience.format import render_answer
+    from components.experience.grounded import GroundedModel, episode_rows
+    from components.stages.data import load_tasks
+
+    model = GroundedModel.load(model_dir(paths, variant))
+    tasks = {t.task_id: t for t in load_tasks(paths)}
+    held_out = [t for t in trajectories if t.split == "validation" and t.source == "real"]
+    rows = []
+    evidence: dict[str, int] = {}
+    start = time.perf_counter()
+    for memory, step, _ in episode_rows(held_out):
+        o = model.predict(
+            tasks[step.task_id], memory, step.state, step.action, step.admissible_actions or ()
+        )
+        answer = render_answer(o.next_state, o.reward, o.reasoning)
+        row = score_row(step, answer, o.next_state, o.reward)
+        row["win_score"] = o.win_score
+        rows.append(row)
+        evidence[o.evidence] = evidence.get(o.evidence, 0) + 1
+    if not rows:
+        raise ValueError("no validation transition to measure fidelity on")
+    summary = summarize(rows)
+    summary["seconds"] = round(time.perf_counter() - start, 2)
+    summary["transitions_per_second"] = round(len(rows) / max(summary["seconds"], 1e-9), 1)
+    summary.update({f"evidence_{k}": v / len(rows) for k, v in evidence.items()})
+    return summary, rows
+
+
 def train_experience_model(cfg: Config, paths: Paths, variant: str = "full") -> dict[str, Any]:
     """Stage train_experience_model: SFT on train-split transitions, save (and register).
 
     ``full`` is the pipeline's model (registered as experience-model@candidate, used by
     the synthetic env); the other variants switch one ablation on for the fidelity table.
+    ``experience.model = grounded`` fits the cpu profile's grounded model instead.
     """
+    if cfg.experience.model == GROUNDED:
+        return train_grounded(cfg, paths, variant)
     from components.experience.dataset import build_examples, select_transitions
     from components.experience.sft import prepare_checkpoints, save_model, train_sft
     from components.lm.models import count_parameters
@@ -285,7 +375,11 @@ def evaluate_fidelity(cfg: Config, paths: Paths) -> dict[str, Any]:
     with stage_run("evaluate_fidelity", "experience", cfg, sections, paths.root, data) as run:
         run.set_tags({"split": "validation", "variants": ",".join(present)})
         for variant in present:
-            summary, rows, open_loop = _evaluate_variant(cfg, paths, trajectories, variant)
+            if cfg.experience.model == GROUNDED:
+                summary, rows = fidelity_grounded(cfg, paths, trajectories, variant)
+                open_loop = None
+            else:
+                summary, rows, open_loop = _evaluate_variant(cfg, paths, trajectories, variant)
             table[variant] = summary
             run.log_metrics({f"{variant}.{k}": v for k, v in numbers(summary).items()})
             run.log_dict(rows, f"fidelity/{variant}/table.json")

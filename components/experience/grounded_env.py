@@ -1,0 +1,249 @@
+"""The synthetic environment of the grounded experience model (cpu profile).
+
+Same vector contract as ``VectorSyntheticEnv`` (components/experience/synthetic_env.py):
+``reset(tasks)``, ``step(actions)`` with ``None`` for finished slots, ``active``,
+``trajectories(...)`` and ``metrics()``; the RL loop cannot tell it from a real env list,
+except that it counts no real step. Each slot keeps what a consistent dream needs: the
+episode's memory (its instruction pointer), how it last saw every room, the steps so far.
+
+A synthetic step answers with the model's next state, reward, ``won``/``lost`` and the
+admissible commands of the next state (``info``), exactly the real env's contract, so the
+scoring policy runs in it unchanged. Evidence counts (replayed, map, edit, unknown room,
+admissible fallbacks) are reported by ``metrics``. Known tasks start from their recorded
+first state; a generated task (curriculum variant) from its parent's.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from components.envs.base import ADMISSIBLE, FEEDBACK, LOST, VALID, WON
+from components.experience.grounded import GroundedModel
+from components.experience.synthetic_env import (
+    MALFORMED,
+    REASONING,
+    SYNTHETIC,
+    StepOutput,
+    feedback_of,
+    stamp_trajectory,
+)
+from components.memory import EpisodeMemory, split_state
+from components.schema import Provenance, Task, Trajectory, Transition, stable_id
+
+EVIDENCE = "evidence"  # extra info key: what decided the step (replay, map, edit, ...)
+
+
+@dataclass
+class _Slot:
+    key: str
+    task: Task
+    initial_state: str
+    state: str
+    admissible: tuple[str, ...]
+    memory: EpisodeMemory
+    rooms: dict[str, str] = field(default_factory=dict)
+    steps: list[Transition] = field(default_factory=list)
+    reasoning: list[str | None] = field(default_factory=list)
+    finished: bool = False
+    success: bool = False
+    truncated: bool = False
+
+
+class GroundedVectorEnv:
+    """Many synthetic episodes of the grounded model stepped together."""
+
+    def __init__(
+        self,
+        model: GroundedModel,
+        *,
+        max_steps: int,
+        env_name: str = "textworld",
+        namespace: str = "synthetic",
+        initial_states: dict[str, tuple[str, tuple[str, ...]]] | None = None,
+    ) -> None:
+        self.model = model
+        # first states of games the model has no real episode of (judging unseen games)
+        self.initial_states = dict(initial_states or {})
+        self.max_steps = max_steps
+        self.name = env_name
+        self.namespace = namespace
+        self._slots: list[_Slot] = []
+        self._started = 0
+        self._seed: int | None = None
+        self._counts: Counter[str] = Counter()
+        self._seconds = 0.0
+
+    @property
+    def active(self) -> list[bool]:
+        """Per slot: the episode is still running."""
+        return [not s.finished for s in self._slots]
+
+    @property
+    def done(self) -> bool:
+        """Every episode of the batch has finished."""
+        return all(s.finished for s in self._slots)
+
+    @property
+    def num_envs(self) -> int:
+        """Slots of the current batch."""
+        return len(self._slots)
+
+    def start_state(self, task: Task) -> tuple[str, tuple[str, ...]]:
+        """The first state of ``task``: recorded, or its parent's for a generated task."""
+        for tid in (task.task_id, task.parent_task_id):
+            if tid is None:
+                continue
+            start = self.initial_states.get(tid) or self.model.initial_state(tid)
+            if start is not None:
+                return start
+        raise KeyError(
+            f"no recorded initial state for task {task.task_id!r} (nor its parent): the "
+            "grounded model only simulates games it has real episodes of"
+        )
+
+    def reset(
+        self, tasks: Sequence[Task], seed: int | None = None
+    ) -> list[tuple[str, dict[str, Any]]]:
+        """Start one episode per task (repeat a task for a group)."""
+        if not tasks:
+            raise ValueError("reset needs at least one task")
+        self._seed = seed
+        self._slots = []
+        out = []
+        for task in tasks:
+            state, admissible = self.start_state(task)
+            self._started += 1
+            key = stable_id(self.namespace, seed, self._started, task.task_id)
+            memory = EpisodeMemory.replay(task.instruction, state)
+            location, surroundings, _ = split_state(state)
+            slot = _Slot(key, task, state, state, admissible, memory, {location: surroundings})
+            self._slots.append(slot)
+            self._counts["episodes"] += 1
+            out.append((state, self._info(slot, None, valid=True)))
+        return out
+
+    def step(self, actions: Sequence[str | None]) -> list[StepOutput | None]:
+        """Advance every live episode by its action; finished slots return None."""
+        if len(actions) != len(self._slots):
+            raise ValueError(f"{len(actions)} actions for {len(self._slots)} episodes")
+        start = time.perf_counter()
+        out: list[StepOutput | None] = [None] * len(self._slots)
+        for i, (slot, action) in enumerate(zip(self._slots, actions, strict=True)):
+            if slot.finished or action is None:
+                continue
+            out[i] = self._advance(slot, action)
+        self._seconds += time.perf_counter() - start
+        return out
+
+    def _advance(self, slot: _Slot, action: str) -> StepOutput:
+        o = self.model.predict(
+            slot.task, slot.memory, slot.state, action, slot.admissible, slot.rooms
+        )
+        valid = action in slot.admissible
+        terminated = o.won or o.lost
+        truncated = not terminated and len(slot.steps) + 1 >= self.max_steps
+        slot.steps.append(
+            Transition(
+                id=Transition.make_id(slot.key, len(slot.steps)),
+                task_id=slot.task.task_id,
+                env=self.name,
+                episode_id=slot.key,
+                step_index=len(slot.steps),
+                instruction=slot.task.instruction,
+                state=slot.state,
+                action=action,
+                next_state=o.next_state,
+                reward=o.reward,
+                done=terminated or truncated,
+                admissible_actions=list(slot.admissible),
+                valid_action=valid,
+                source="synthetic",
+                provenance=Provenance(policy="synthetic"),
+            )
+        )
+        slot.reasoning.append(o.reasoning)
+        slot.memory.update(action, o.next_state)
+        location, surroundings, _ = split_state(o.next_state)
+        slot.rooms[location] = surroundings
+        slot.state, slot.admissible = o.next_state, o.admissible
+        self._counts["steps"] += 1
+        self._counts[f"evidence_{o.evidence}"] += 1
+        self._counts["admissible_fallbacks"] += o.admissible_fallback
+        if terminated or truncated:
+            slot.finished = True
+            slot.success = o.won
+            slot.truncated = truncated
+            self._counts["successes"] += o.won
+            self._counts["losses"] += o.lost
+        info = self._info(slot, o.reasoning, valid=valid, evidence=o.evidence, lost=o.lost)
+        return StepOutput(o.next_state, o.reward, terminated, truncated, info)
+
+    def _info(
+        self,
+        slot: _Slot,
+        reasoning: str | None,
+        *,
+        valid: bool,
+        evidence: str | None = None,
+        lost: bool = False,
+    ) -> dict[str, Any]:
+        return {
+            ADMISSIBLE: None if slot.finished else list(slot.admissible),
+            VALID: valid,
+            WON: slot.success,
+            LOST: lost,
+            FEEDBACK: feedback_of(slot.state),
+            REASONING: reasoning,
+            MALFORMED: False,
+            SYNTHETIC: True,
+            EVIDENCE: evidence,
+        }
+
+    def trajectories(
+        self,
+        *,
+        policy: str,
+        iteration: int = 0,
+        checkpoint: str | None = None,
+        split: str = "train",
+    ) -> list[Trajectory]:
+        """The batch's episodes as synthetic Trajectory records (ids and provenance final)."""
+        return [
+            stamp_trajectory(
+                s,
+                namespace=self.namespace,
+                env=self.name,
+                policy=policy,
+                iteration=iteration,
+                checkpoint=checkpoint,
+                split=split,
+            )
+            for s in self._slots
+            if s.steps
+        ]
+
+    def episode_reasoning(self) -> list[list[str | None]]:
+        """Per slot, the model's reasoning for each recorded step (for judging)."""
+        return [list(s.reasoning) for s in self._slots]
+
+    def metrics(self, reset: bool = False) -> dict[str, float]:
+        """Steps, steps/s, evidence counts, admissible fallbacks, successes and losses."""
+        out = {k: float(v) for k, v in self._counts.items()}
+        out.setdefault("steps", 0.0)
+        out["seconds_step"] = round(self._seconds, 4)
+        out["steps_per_s"] = round(out["steps"] / self._seconds, 2) if self._seconds else 0.0
+        steps = max(out["steps"], 1.0)
+        out["replay_share"] = round(out.get("evidence_replay", 0.0) / steps, 4)
+        out["admissible_fallback_share"] = round(out.get("admissible_fallbacks", 0.0) / steps, 4)
+        out["malformed_rate"] = 0.0  # the grounded model always answers in format
+        if reset:
+            self._counts.clear()
+            self._seconds = 0.0
+        return out
+
+    def close(self) -> None:
+        """Nothing to release."""
