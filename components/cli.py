@@ -253,14 +253,16 @@ def evaluate_policy(
     method: Annotated[
         str,
         typer.Argument(
-            help="sft, dpo, grpo_real, ppo_real, dreamgym_grpo, dreamgym_ppo, s2r_grpo, s2r_ppo"
+            help="random (the random-admissible baseline), sft, dpo, grpo_real, ppo_real, "
+            "dreamgym_grpo, dreamgym_ppo, s2r_grpo, s2r_ppo"
         ),
     ],
     params: ParamsOpt = Path(PARAMS_FILE),
     profile: ProfileOpt = None,
     root: RootOpt = Path("."),
 ) -> None:
-    """Success of models/policy/METHOD on the held-out real test tasks -> metrics/eval/."""
+    """Every seed of models/policy/METHOD on the held-out test tasks, sampled and greedy ->
+    data/eval/METHOD.jsonl (episodes) and metrics/eval/METHOD.json."""
     from functools import partial
 
     from components.agent.table1 import METHODS
@@ -269,6 +271,19 @@ def evaluate_policy(
     if method not in METHODS:
         raise typer.BadParameter(f"{method!r} is not one of {', '.join(METHODS)}")
     _run(partial(stages.evaluate_policy, method=method), params, profile, root)
+
+
+@app.command("evaluate-random")
+def evaluate_random(
+    params: ParamsOpt = Path(PARAMS_FILE), profile: ProfileOpt = None, root: RootOpt = Path(".")
+) -> None:
+    """The random-admissible baseline on the held-out test tasks (same seeds, same step
+    limit as every method) -> data/eval/random.jsonl and metrics/eval/random.json."""
+    from functools import partial
+
+    from components.stages import agent as stages
+
+    _run(partial(stages.evaluate_policy, method=stages.RANDOM), params, profile, root)
 
 
 @app.command("table1")

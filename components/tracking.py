@@ -13,7 +13,7 @@ import hashlib
 import json
 import os
 import subprocess
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -148,6 +148,23 @@ class StageRun:
         import mlflow
 
         mlflow.set_tags({k: str(v) for k, v in tags.items()})
+
+    @contextmanager
+    def child(self, name: str, tags: Mapping[str, Any] | None = None) -> Iterator[StageRun]:
+        """A nested run (e.g. one training seed, with its per-step curves)."""
+        import mlflow
+
+        with mlflow.start_run(
+            run_name=name, nested=True, tags={k: str(v) for k, v in (tags or {}).items()}
+        ) as run:
+            yield StageRun(run.info.run_id, self.root)
+
+    def log_history(self, rows: Sequence[Mapping[str, Any]], step_key: str) -> None:
+        """Per-step curves: every numeric field of each row at step ``row[step_key]``."""
+        for i, row in enumerate(rows):
+            self.log_metrics(
+                {k: v for k, v in row.items() if k != step_key}, step=int(row.get(step_key, i + 1))
+            )
 
 
 def configure(root: Path) -> None:

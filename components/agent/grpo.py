@@ -27,9 +27,8 @@ from collections import defaultdict
 from collections.abc import Hashable, Sequence
 from typing import Any
 
-from components.agent.policy_model import PolicyModel
 from components.agent.rl import Reference, attach_reference, flatten, optimize, seed_int
-from components.agent.rollout import RolloutBatch
+from components.agent.rollout import RolloutBatch, TrainablePolicy
 from components.config import GRPOConfig
 
 ADV_EPS = 1e-4  # TRL's epsilon in (r - mean) / (std + eps)
@@ -58,7 +57,7 @@ def group_advantages(
 class GRPO:
     """The GRPO learner: reference, optimizer and one update per rollout batch."""
 
-    def __init__(self, policy: PolicyModel, cfg: GRPOConfig) -> None:
+    def __init__(self, policy: TrainablePolicy, cfg: GRPOConfig) -> None:
         import torch
 
         self.policy = policy

@@ -22,9 +22,9 @@ from collections import defaultdict
 from collections.abc import Callable, Hashable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from components.agent.policy_model import PolicyModel, TokenScores
+from components.agent.policy_model import TokenScores
 from components.agent.rl import Reference, TurnRow, attach_reference, flatten, optimize, seed_int
-from components.agent.rollout import RolloutBatch
+from components.agent.rollout import RolloutBatch, TrainablePolicy
 from components.config import PPOConfig
 from components.schema import Task
 
@@ -81,7 +81,7 @@ class PPO:
 
     def __init__(
         self,
-        policy: PolicyModel,
+        policy: TrainablePolicy,
         cfg: PPOConfig,
         group_fn: Callable[[Task], Hashable] | None = None,
     ) -> None:
@@ -91,8 +91,7 @@ class PPO:
         self.cfg = cfg
         self.group_fn = group_fn
         self.reference = Reference(policy) if cfg.beta != 0.0 else None
-        hidden = policy.model.config.get_text_config().hidden_size
-        self.value_head = value_head(hidden).to(policy.device)
+        self.value_head = value_head(policy.hidden_size).to(policy.device)
         policy_params = list(policy.trainable_parameters())
         self.params = policy_params + list(self.value_head.parameters())
         self.optimizer = torch.optim.AdamW(
@@ -112,11 +111,8 @@ class PPO:
         with torch.no_grad():
             for start in range(0, len(rows), batch):
                 chunk = rows[start : start + batch]
-                scores = self.policy.sequence_logprobs(
-                    [r.prompt_ids for r in chunk],
-                    [r.completion_ids for r in chunk],
-                    self.cfg.temperature,
-                    with_hidden=True,
+                scores = self.policy.score(
+                    [r.act for r in chunk], self.cfg.temperature, with_hidden=True
                 )
                 out.extend(self._value(scores).tolist())
         return out

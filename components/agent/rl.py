@@ -24,8 +24,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-from components.agent.policy_model import PolicyModel, TokenScores
-from components.agent.rollout import Episode, RolloutBatch
+from components.agent.policy_model import ActResult, TokenScores
+from components.agent.rollout import Episode, RolloutBatch, TrainablePolicy
 from components.config import RLAlgoConfig
 from components.schema import stable_id
 
@@ -61,21 +61,16 @@ class Reference:
     deep copy taken at construction, i.e. before any update or checkpoint load.
     """
 
-    def __init__(self, policy: PolicyModel) -> None:
+    def __init__(self, policy: TrainablePolicy) -> None:
         self.policy = policy
         self.copy = None if policy.is_lora else policy.frozen_copy()
 
-    def logprobs(
-        self,
-        prompts: Sequence[Sequence[int]],
-        completions: Sequence[Sequence[int]],
-        temperature: float,
-    ) -> list[tuple[float, ...]]:
-        """Per-token reference log-probs of each completion."""
+    def logprobs(self, acts: Sequence[ActResult], temperature: float) -> list[tuple[float, ...]]:
+        """Per-token reference log-probs of each decision."""
         if self.copy is not None:
-            return self.copy.completion_logprobs(prompts, completions, temperature)
+            return self.copy.act_logprobs(acts, temperature)
         with self.policy.model.disable_adapter():
-            return self.policy.completion_logprobs(prompts, completions, temperature)
+            return self.policy.act_logprobs(acts, temperature)
 
 
 @dataclass
@@ -83,13 +78,21 @@ class TurnRow:
     """One training sequence: a turn with its advantage and (PPO) value targets."""
 
     episode: int
-    prompt_ids: tuple[int, ...]
-    completion_ids: tuple[int, ...]
-    old_logprobs: tuple[float, ...]
+    act: ActResult  # the decision as sampled (tokens, or a scoring policy's features)
     advantage: float = 0.0
     ref_logprobs: tuple[float, ...] | None = None
     old_value: float = 0.0
     ret: float = 0.0  # PPO return target
+
+    @property
+    def old_logprobs(self) -> tuple[float, ...]:
+        """Log-probabilities at sampling time."""
+        return self.act.logprobs
+
+    @property
+    def completion_ids(self) -> tuple[int, ...]:
+        """The trained tokens (a scoring policy: the chosen command's index)."""
+        return self.act.completion_ids
 
 
 def flatten(episodes: Sequence[Episode]) -> list[TurnRow]:
@@ -99,7 +102,7 @@ def flatten(episodes: Sequence[Episode]) -> list[TurnRow]:
     policy's doing) are not trained on.
     """
     return [
-        TurnRow(e, t.act.prompt_ids, t.act.completion_ids, t.act.logprobs)
+        TurnRow(e, t.act)
         for e, ep in enumerate(episodes)
         if ep.env_error is None
         for t in ep.turns
@@ -159,7 +162,7 @@ def aggregate(
 
 
 def turn_loss(
-    policy: PolicyModel,
+    policy: TrainablePolicy,
     rows: Sequence[TurnRow],
     cfg: RLAlgoConfig,
     normalizer: float,
@@ -173,12 +176,8 @@ def turn_loss(
     import torch
 
     device = policy.device
-    scores = policy.sequence_logprobs(
-        [r.prompt_ids for r in rows],
-        [r.completion_ids for r in rows],
-        cfg.temperature,
-        with_entropy=True,
-        with_hidden=with_hidden,
+    scores = policy.score(
+        [r.act for r in rows], cfg.temperature, with_entropy=True, with_hidden=with_hidden
     )
     width = scores.mask.shape[1]
     old = pad_rows([r.old_logprobs for r in rows], width, device)
@@ -194,6 +193,9 @@ def turn_loss(
         beta=cfg.beta,
         kl_ratio_correction=cfg.kl_ratio_correction,
     )
+    if cfg.entropy_coef and scores.entropy is not None:
+        # an entropy bonus keeps a small policy from collapsing onto one command early
+        per_token = per_token - cfg.entropy_coef * scores.entropy
     stats["per_token"] = per_token
     return aggregate(per_token, scores.mask, cfg.aggregation, normalizer), scores, stats
 
@@ -202,7 +204,7 @@ ExtraLoss = Callable[[TokenScores, Sequence[TurnRow], int], tuple["torch.Tensor"
 
 
 def optimize(
-    policy: PolicyModel,
+    policy: TrainablePolicy,
     optimizer: Any,
     rows: Sequence[TurnRow],
     cfg: RLAlgoConfig,
@@ -274,7 +276,7 @@ def optimize(
 
 
 def update_kl(
-    policy: PolicyModel, batch: RolloutBatch, temperature: float, max_rows: int = 256
+    policy: TrainablePolicy, batch: RolloutBatch, temperature: float, max_rows: int = 256
 ) -> float:
     """KL(pi_old || pi_new) of the update just made, on the batch's sampled tokens.
 
@@ -291,9 +293,7 @@ def update_kl(
     if len(rows) > max_rows:
         stride = len(rows) / max_rows
         rows = [rows[int(i * stride)] for i in range(max_rows)]
-    new = policy.completion_logprobs(
-        [r.prompt_ids for r in rows], [r.completion_ids for r in rows], temperature
-    )
+    new = policy.act_logprobs([r.act for r in rows], temperature)
     old_flat = [x for r in rows for x in r.old_logprobs]
     new_flat = [x for lp in new for x in lp]
     # kl_estimate(p, q) = KL(p || q) from tokens sampled by p; here p = pi_old
@@ -308,8 +308,6 @@ def attach_reference(
         return
     for start in range(0, len(rows), batch):
         chunk = rows[start : start + batch]
-        ref = reference.logprobs(
-            [r.prompt_ids for r in chunk], [r.completion_ids for r in chunk], temperature
-        )
+        ref = reference.logprobs([r.act for r in chunk], temperature)
         for r, lp in zip(chunk, ref, strict=True):
             r.ref_logprobs = lp

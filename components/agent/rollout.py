@@ -28,12 +28,66 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from components.agent.policy import Observation
-from components.agent.policy_model import ActResult, PolicyModel
-from components.envs.base import ADMISSIBLE, FEEDBACK, VALID, WON, Env, EnvError
+from components.agent.policy_model import ActResult, TokenScores
+from components.envs.base import ADMISSIBLE, VALID, WON, Env, EnvError
 from components.schema import Provenance, Source, Task, Trajectory, Transition, stable_id
 
 ENV_ERROR = "env_error"  # info key: the env process failed, the episode ended as a failure
 StepTuple = tuple[str, float, bool, bool, dict[str, Any]]
+
+
+class TrainablePolicy(Protocol):
+    """What rollouts and RL need of a policy: the LM ``PolicyModel`` and the scoring
+    ``ScorerPolicy`` (components/agent/scorer.py) both implement it."""
+
+    model: Any  # the torch module whose trainable weights are checkpointed
+    is_lora: bool
+    score_batch_size: int
+
+    def act(
+        self, observations: Sequence[Observation], *, temperature: float, max_new_tokens: int
+    ) -> list[ActResult]:
+        """Sample one decision per observation, with its log-probabilities."""
+        ...
+
+    def score(
+        self,
+        acts: Sequence[ActResult],
+        temperature: float = 1.0,
+        *,
+        with_entropy: bool = False,
+        with_hidden: bool = False,
+    ) -> TokenScores:
+        """Rescore sampled decisions under the current weights."""
+        ...
+
+    def act_logprobs(
+        self, acts: Sequence[ActResult], temperature: float = 1.0
+    ) -> list[tuple[float, ...]]:
+        """Log-probabilities of sampled decisions (no gradients)."""
+        ...
+
+    def trainable_parameters(self) -> Any:
+        """The parameters an optimizer updates."""
+        ...
+
+    def frozen_copy(self) -> Any:
+        """An independent frozen copy (a KL reference)."""
+        ...
+
+    @property
+    def device(self) -> Any:
+        """Where the weights live."""
+        ...
+
+    @property
+    def hidden_size(self) -> int:
+        """Width of the state features a value head reads."""
+        ...
+
+    def save(self, out_dir: Any) -> None:
+        """Save a loadable policy directory."""
+        ...
 
 
 class VectorEnv(Protocol):
@@ -278,7 +332,7 @@ class RolloutBatch:
 
 
 def collect_rollouts(
-    policy: PolicyModel,
+    policy: TrainablePolicy,
     venv: VectorEnv,
     tasks: Sequence[Task],
     *,
@@ -305,21 +359,14 @@ def collect_rollouts(
         Episode(task=t, group=g, initial_state=obs, env_error=info.get(ENV_ERROR))
         for t, g, (obs, info) in zip(tasks, groups, first, strict=True)
     ]
-    states = [obs for obs, _ in first]
-    infos = [info for _, info in first]
-    histories: list[list[tuple[str, str]]] = [[] for _ in tasks]
+    seen = [
+        Observation(t.instruction, obs, admissible=_admissible(info), initial_state=obs)
+        for t, (obs, info) in zip(tasks, first, strict=True)
+    ]
     policy_seconds = 0.0
     while any(live):
         idx = [i for i, alive in enumerate(live) if alive]
-        observations = [
-            Observation(
-                instruction=tasks[i].instruction,
-                state=states[i],
-                history=tuple(histories[i]),
-                admissible=_admissible(infos[i]),
-            )
-            for i in idx
-        ]
+        observations = [seen[i] for i in idx]
         t0 = time.perf_counter()
         acts = policy.act(observations, temperature=temperature, max_new_tokens=max_new_tokens)
         policy_seconds += time.perf_counter() - t0
@@ -341,8 +388,7 @@ def collect_rollouts(
             done = bool(terminated or truncated)
             valid = bool(info.get(VALID, True)) and not act.malformed
             ep.turns.append(Turn(obs_i, act, float(reward), obs, valid, done))
-            histories[i].append((act.action, str(info.get(FEEDBACK, ""))))
-            states[i], infos[i] = obs, info
+            seen[i] = obs_i.then(act.action, obs, _admissible(info))
             if ENV_ERROR in info:
                 ep.env_error = str(info[ENV_ERROR])
             if done:

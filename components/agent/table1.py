@@ -1,23 +1,35 @@
-"""Table 1: success on held-out real tasks per env and method, with the real steps used.
+"""Table 1: success on held-out real tasks per method, with CIs, paired differences and
+the random-admissible baseline.
 
-Input: one evaluation JSON per (env, method), as written by the evaluate_policy stage
-(``env``, ``method``, ``success``, ``ci_low``, ``ci_high``, ``episodes``, ``seeds``,
-``real_steps``). Output: ``{env: {method: row | None}}`` over the eight methods of the
-paper's table, where ``None`` marks a method that has not been evaluated (nothing is
-ever filled in for it), and the same table as markdown.
+Input: the evaluation episodes of every method (``data/eval/<method>.jsonl``: one row
+per (task, training seed, mode) with ``success``), written by the evaluate_policy stage.
+Every method plays the same test tasks with the same seeds and step limit; the headline
+is the **sampled** success (temperature ``agent.eval.temperature``; every method,
+random included), greedy success is reported beside it.
+
+Statistics: episodes of one task under different seeds are correlated, so intervals
+come from a cluster bootstrap over tasks (tasks resampled with replacement, all their
+seeds kept); a method's difference from SFT (and from random) is paired: the same
+(task, seed) episodes are subtracted before resampling. ``None`` marks a method not
+evaluated: nothing is ever filled in.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterable, Mapping
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 log = logging.getLogger(__name__)
 
+RANDOM = "random"
 METHODS = (
+    "random",
     "sft",
     "dpo",
     "grpo_real",
@@ -28,6 +40,7 @@ METHODS = (
     "s2r_ppo",
 )
 LABELS = {
+    "random": "Random (admissible)",
     "sft": "SFT",
     "dpo": "DPO",
     "grpo_real": "GRPO (real env)",
@@ -37,60 +50,165 @@ LABELS = {
     "s2r_grpo": "DreamGym-S2R GRPO",
     "s2r_ppo": "DreamGym-S2R PPO",
 }
-FIELDS = ("success", "ci_low", "ci_high", "episodes", "seeds", "real_steps")
+SAMPLED, GREEDY = "sampled", "greedy"
+HEADLINE = SAMPLED
+BOOTSTRAP = 2000
 
-Table = dict[str, dict[str, dict[str, Any] | None]]
-
-
-def row(evaluation: Mapping[str, Any]) -> dict[str, Any]:
-    """The table fields of one evaluation (``real_steps`` None when it was not recorded)."""
-    missing = [k for k in FIELDS if k not in evaluation and k != "real_steps"]
-    if missing:
-        raise ValueError(f"evaluation of {evaluation.get('method')!r} lacks {missing}")
-    return {k: evaluation.get(k) for k in FIELDS}
+Table = dict[str, Any]
 
 
-def build_table(evaluations: Iterable[Mapping[str, Any]]) -> Table:
-    """``{env: {method: row or None}}`` for every env evaluated and every Table-1 method."""
-    table: Table = {}
-    for ev in evaluations:
-        env, method = ev["env"], ev["method"]
-        if method not in METHODS:
-            log.warning("evaluation of unknown method %r left out of Table 1", method)
-            continue
-        rows = table.setdefault(env, dict.fromkeys(METHODS))
-        if rows[method] is not None:
-            raise ValueError(f"two evaluations of {method!r} on {env!r}")
-        rows[method] = row(ev)
-    return table
+def _matrix(rows: Iterable[Mapping[str, Any]], mode: str) -> dict[str, dict[int, float]]:
+    """task -> seed -> success of one mode's episodes."""
+    out: dict[str, dict[int, float]] = defaultdict(dict)
+    for r in rows:
+        if r["mode"] == mode:
+            out[r["task_id"]][int(r["seed"])] = float(r["success"])
+    return dict(out)
 
 
-def load_evaluations(eval_dir: Path) -> list[dict[str, Any]]:
-    """Every evaluation JSON under ``eval_dir`` (none if it does not exist)."""
-    if not eval_dir.exists():
-        return []
-    return [json.loads(p.read_text(encoding="utf-8")) for p in sorted(eval_dir.glob("*.json"))]
+def cluster_bootstrap(values: Mapping[str, Sequence[float]], seed: int = 0) -> tuple[float, float]:
+    """95% interval of the mean over tasks' values, resampling tasks (seeds kept together)."""
+    keys = sorted(values)
+    if not keys:
+        return 0.0, 1.0
+    per_task = [np.asarray(values[k], dtype=float) for k in keys]
+    sums = np.array([v.sum() for v in per_task])
+    counts = np.array([len(v) for v in per_task])
+    rng = np.random.default_rng(seed)
+    idx = rng.integers(0, len(keys), size=(BOOTSTRAP, len(keys)))
+    means = sums[idx].sum(1) / counts[idx].sum(1)
+    lo, hi = np.quantile(means, [0.025, 0.975])
+    return float(lo), float(hi)
+
+
+def mode_summary(rows: Sequence[Mapping[str, Any]], mode: str) -> dict[str, Any] | None:
+    """Success, 95% CI, episodes, seeds and per-seed success of one mode (None if absent)."""
+    m = _matrix(rows, mode)
+    if not m:
+        return None
+    values = {t: list(seeds.values()) for t, seeds in m.items()}
+    flat = [v for vs in values.values() for v in vs]
+    lo, hi = cluster_bootstrap(values)
+    seeds = sorted({s for seeds in m.values() for s in seeds})
+    per_seed = {
+        str(s): float(np.mean([m[t][s] for t in m if s in m[t]])) for s in seeds
+    }  # keyed by string: DVC metrics skip lists
+    return {
+        "success": float(np.mean(flat)),
+        "ci_low": lo,
+        "ci_high": hi,
+        "episodes": len(flat),
+        "tasks": len(m),
+        "seeds": len(seeds),
+        "per_seed": per_seed,
+    }
+
+
+def paired_difference(
+    rows: Sequence[Mapping[str, Any]], baseline: Sequence[Mapping[str, Any]], mode: str = HEADLINE
+) -> dict[str, Any] | None:
+    """Mean of (method - baseline) over shared (task, seed) episodes, with a 95% CI."""
+    a, b = _matrix(rows, mode), _matrix(baseline, mode)
+    diffs = {t: [a[t][s] - b[t][s] for s in sorted(a[t]) if s in b.get(t, {})] for t in a if t in b}
+    diffs = {t: d for t, d in diffs.items() if d}
+    if not diffs:
+        return None
+    lo, hi = cluster_bootstrap(diffs, seed=1)
+    flat = [v for vs in diffs.values() for v in vs]
+    return {"diff": float(np.mean(flat)), "ci_low": lo, "ci_high": hi, "pairs": len(flat)}
+
+
+def method_row(
+    rows: Sequence[Mapping[str, Any]],
+    *,
+    real_steps: int | None,
+    sft: Sequence[Mapping[str, Any]] | None,
+    random: Sequence[Mapping[str, Any]] | None,
+) -> dict[str, Any] | None:
+    """One Table-1 row: headline (sampled) fields first, then greedy and paired diffs."""
+    head = mode_summary(rows, HEADLINE)
+    if head is None:
+        return None
+    row: dict[str, Any] = {**head, "real_steps": real_steps}
+    greedy = mode_summary(rows, GREEDY)
+    if greedy is not None:
+        row["greedy"] = {k: greedy[k] for k in ("success", "ci_low", "ci_high", "episodes")}
+    for name, base in (("vs_sft", sft), ("vs_random", random)):
+        if base is not None and base is not rows:
+            diff = paired_difference(rows, base)
+            if diff is not None:
+                row[name] = diff
+    return row
+
+
+def build_table(
+    env: str, episodes: Mapping[str, Sequence[Mapping[str, Any]]], real_steps: Mapping[str, Any]
+) -> Table:
+    """``{env: {method: row or None}}`` over every Table-1 method."""
+    rows: dict[str, Any] = {}
+    for method in METHODS:
+        eps = episodes.get(method)
+        rows[method] = (
+            method_row(
+                eps,
+                real_steps=real_steps.get(method),
+                sft=episodes.get("sft"),
+                random=episodes.get(RANDOM),
+            )
+            if eps
+            else None
+        )
+    unknown = sorted(set(episodes) - set(METHODS))
+    if unknown:
+        log.warning("evaluations of unknown methods left out of Table 1: %s", unknown)
+    return {env: rows}
+
+
+def load_episodes(eval_dir: Path) -> dict[str, list[dict[str, Any]]]:
+    """Every method's evaluation episodes under ``eval_dir`` (``<method>.jsonl``)."""
+    out: dict[str, list[dict[str, Any]]] = {}
+    for path in sorted(Path(eval_dir).glob("*.jsonl")):
+        lines = path.read_text(encoding="utf-8").splitlines()
+        out[path.stem] = [json.loads(line) for line in lines if line.strip()]
+    return out
+
+
+def _pct(x: float) -> str:
+    return f"{100 * x:.1f}"
 
 
 def markdown(table: Table) -> str:
     """The table as markdown, one section per env; methods not evaluated say so."""
     lines: list[str] = []
-    for env, rows in sorted(table.items()):
+    for env, rows in sorted((k, v) for k, v in table.items() if not k.startswith("_")):
         lines += [
             f"### {env}",
             "",
-            "| method | success % (95% CI) | episodes | seeds | real steps (training) |",
-            "|---|---|---|---|---|",
+            "Success % on held-out test games, sampled (the headline) and greedy; 95% CIs "
+            "by cluster bootstrap over games; differences paired on the same games and seeds.",
+            "",
+            "| method | sampled % (95% CI) | greedy % | vs SFT (95% CI) | vs random | episodes "
+            "| seeds | real steps |",
+            "|---|---|---|---|---|---|---|---|",
         ]
         for method in METHODS:
             r = rows.get(method)
             if r is None:
-                lines.append(f"| {LABELS[method]} | not evaluated | | | |")
+                lines.append(f"| {LABELS[method]} | not evaluated | | | | | | |")
                 continue
-            steps = "n/a" if r["real_steps"] is None else f"{r['real_steps']:,}"
+            greedy = _pct(r["greedy"]["success"]) if "greedy" in r else "n/a"
+            vs = r.get("vs_sft")
+            vs_sft = (
+                f"{100 * vs['diff']:+.1f} ({100 * vs['ci_low']:+.1f}, {100 * vs['ci_high']:+.1f})"
+                if vs
+                else ""
+            )
+            vr = r.get("vs_random")
+            vs_random = f"{100 * vr['diff']:+.1f}" if vr else ""
+            steps = "n/a" if r["real_steps"] is None else f"{int(r['real_steps']):,}"
             lines.append(
-                f"| {LABELS[method]} | {100 * r['success']:.1f} "
-                f"({100 * r['ci_low']:.1f}-{100 * r['ci_high']:.1f}) | {r['episodes']} "
+                f"| {LABELS[method]} | {_pct(r['success'])} ({_pct(r['ci_low'])}-"
+                f"{_pct(r['ci_high'])}) | {greedy} | {vs_sft} | {vs_random} | {r['episodes']} "
                 f"| {r['seeds']} | {steps} |"
             )
         lines.append("")

@@ -28,14 +28,19 @@ import shutil
 import time
 from collections.abc import Callable, Hashable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from components.agent import checkpoint
 from components.agent.grpo import GRPO, GRPOConfig
-from components.agent.policy_model import PolicyModel
 from components.agent.ppo import PPO, PPOConfig
 from components.agent.rl import RUNTIME_FIELDS, seed_everything, seed_int, update_kl
-from components.agent.rollout import EnvList, RolloutBatch, VectorEnv, collect_rollouts
+from components.agent.rollout import (
+    EnvList,
+    RolloutBatch,
+    TrainablePolicy,
+    VectorEnv,
+    collect_rollouts,
+)
 from components.config import RLAlgoConfig
 from components.envs.base import Env
 from components.schema import Task
@@ -47,12 +52,34 @@ CHECKPOINT_DIR = "checkpoints"
 HISTORY_FILE = "history.jsonl"
 SNAPSHOT_DIR = "snapshots"
 LogFn = Callable[[dict[str, float], int], None]
-TaskSource = Sequence[Task] | Callable[[int], Sequence[Task]]
+
+
+class TaskSampler(Protocol):
+    """A stateful task source (e.g. components/curriculum/sampling.VarianceTaskSampler)."""
+
+    def sample(self, iteration: int, k: int) -> list[Task]:
+        """The round's distinct tasks."""
+        ...
+
+    def update(self, outcomes: Sequence[tuple[str, float]]) -> None:
+        """Learn from the round's (task_id, reward) outcomes."""
+        ...
+
+    def state_dict(self) -> dict[str, Any]:
+        """State to checkpoint."""
+        ...
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore checkpointed state."""
+        ...
+
+
+TaskSource = Sequence[Task] | Callable[[int], Sequence[Task]] | TaskSampler
 EnvSource = VectorEnv | Sequence[Env] | Callable[[], Env]
 
 
 def make_learner(
-    policy: PolicyModel,
+    policy: TrainablePolicy,
     cfg: RLAlgoConfig,
     group_fn: Callable[[Task], Hashable] | None = None,
 ) -> GRPO | PPO:
@@ -80,7 +107,9 @@ def task_batch(
     tasks: TaskSource, iteration: int, cfg: RLAlgoConfig
 ) -> tuple[list[Task], list[int]]:
     """This round's episodes' tasks (each repeated ``rollouts_per_task`` times) and groups."""
-    if callable(tasks):
+    if hasattr(tasks, "sample") and hasattr(tasks, "update"):
+        distinct = list(tasks.sample(iteration, cfg.tasks_per_iteration))  # type: ignore[union-attr]
+    elif callable(tasks):
         distinct = list(tasks(iteration))
     else:
         pool = list(tasks)
@@ -103,7 +132,7 @@ def fingerprint_of(cfg: RLAlgoConfig, extra: dict[str, Any] | None) -> dict[str,
 
 
 def train_rl(
-    policy: PolicyModel,
+    policy: TrainablePolicy,
     env: EnvSource,
     tasks: TaskSource,
     cfg: RLAlgoConfig,
@@ -129,12 +158,15 @@ def train_rl(
     ckpt_dir = out_dir / CHECKPOINT_DIR
     learner = make_learner(policy, cfg, group_fn)  # the reference is copied before resuming
     venv, owned = as_vector_env(env)
+    sampler = tasks if hasattr(tasks, "update") and hasattr(tasks, "state_dict") else None
     start_iteration, real_steps, history = 0, 0, []
     resumed_from = checkpoint.prepare(ckpt_dir, fingerprint_of(cfg, fingerprint))
     if resumed_from is not None:
         state = checkpoint.load(resumed_from)
         checkpoint.load_trainable_state(policy.model, state["policy"])
         learner.load_state_dict(state["learner"])
+        if sampler is not None and state.get("sampler") is not None:
+            sampler.load_state_dict(state["sampler"])
         checkpoint.set_rng_state(state["rng"])
         start_iteration, real_steps = state["iteration"], state["real_steps"]
         history = list(state["history"])
@@ -162,6 +194,8 @@ def train_rl(
             )
             if on_rollouts is not None:
                 on_rollouts(iteration, batch)
+            if sampler is not None:
+                sampler.update([(e.task.task_id, e.reward) for e in batch.episodes])
             t0 = time.perf_counter()
             stats = learner.update(batch, iteration)
             stats["policy_kl"] = (
@@ -193,6 +227,7 @@ def train_rl(
                     {
                         "policy": checkpoint.trainable_state(policy.model),
                         "learner": learner.state_dict(),
+                        "sampler": sampler.state_dict() if sampler is not None else None,
                         "rng": checkpoint.rng_state(),
                         "iteration": iteration,
                         "real_steps": real_steps,
@@ -217,7 +252,7 @@ def snapshot_file(out_dir: Path, iteration: int) -> Path:
     return Path(out_dir) / SNAPSHOT_DIR / f"iter-{iteration}.pt"
 
 
-def save_snapshot(policy: PolicyModel, out_dir: Path, iteration: int) -> Path:
+def save_snapshot(policy: TrainablePolicy, out_dir: Path, iteration: int) -> Path:
     """Save the policy's trainable weights as pi_<iteration> (atomically)."""
     import torch
 
@@ -229,7 +264,7 @@ def save_snapshot(policy: PolicyModel, out_dir: Path, iteration: int) -> Path:
     return path
 
 
-def load_snapshot(policy: PolicyModel, path: Path) -> None:
+def load_snapshot(policy: TrainablePolicy, path: Path) -> None:
     """Load the weights ``save_snapshot`` wrote into a policy of the same architecture."""
     import torch
 
@@ -252,6 +287,7 @@ def summarize(
         "iterations": iterations,
         "real_steps": real_steps,
         "episodes": int(sum(h.get("episodes", 0) for h in history)),
+        "optimizer_updates": int(sum(h.get("optimizer_steps", 0) for h in history)),
         "resumed": int(resumed_from is not None),
         "stopped_by_budget": int(stopped_by_budget),
         "rollout_seconds": round(sum(h.get("rollout_seconds", 0) for h in history), 2),

@@ -13,12 +13,13 @@ generated tasks, success on real / seed / generated tasks, generation and filter
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
 from components.config import CurriculumConfig
 from components.curriculum.clusters import assign_clusters
+from components.curriculum.sampling import VarianceTaskSampler
 from components.curriculum.selection import filter_generated, mix_batch, select_seeds
 from components.curriculum.variance import GroupStats, Rollout, group_stats, variance_histogram
 from components.experience.task_generation import GenerateFn, generate_variants
@@ -28,6 +29,8 @@ if TYPE_CHECKING:
     from components.buffer.embedders import Embedder
 
 GroupBy = Literal["task", "cluster"]
+# (seed tasks, variants per seed, iteration) -> new Task records (generated=True)
+VariantFn = Callable[[Sequence[Task], int, int], list[Task]]
 
 
 @dataclass(frozen=True)
@@ -60,6 +63,8 @@ class Curriculum:
         task_generation: bool = True,
         group_by: GroupBy = "task",
         embedder: Embedder | None = None,
+        variant_fn: VariantFn | None = None,
+        real_sampler: VarianceTaskSampler | None = None,
     ) -> None:
         if not real_tasks:
             raise ValueError("the curriculum needs real tasks")
@@ -68,7 +73,11 @@ class Curriculum:
         self.real = list(real_tasks)
         self.cfg = cfg
         self.generate_fn = generate_fn
-        self.task_generation = task_generation and generate_fn is not None
+        self.variant_fn = variant_fn
+        self.real_sampler = real_sampler
+        self.task_generation = task_generation and (
+            generate_fn is not None or variant_fn is not None
+        )
         self.group_by = group_by
         self.embedder = embedder
         self.generated: list[Task] = []  # newest first
@@ -81,8 +90,14 @@ class Curriculum:
 
     def first_batch(self) -> TaskBatch:
         """Iteration 0: real tasks only (no rollouts yet to measure variance)."""
-        tasks = mix_batch(self.real, [], self.cfg.batch_size, 0.0, self.cfg.seed)
+        tasks = mix_batch(self.real, [], self.cfg.batch_size, 0.0, self.cfg.seed, self._picker(0))
         return TaskBatch(iteration=0, tasks=tasks, metrics={"share_generated": 0.0})
+
+    def _picker(self, iteration: int) -> Callable[[int], list[Task]] | None:
+        if self.real_sampler is None:
+            return None
+        sampler = self.real_sampler
+        return lambda n: sampler.sample(iteration, n)
 
     def task_stats(self, rollouts: Sequence[Rollout]) -> dict[str, GroupStats]:
         """Per task: its own stats (GRPO) or its cluster's stats (PPO)."""
@@ -98,6 +113,8 @@ class Curriculum:
 
     def next_batch(self, rollouts: Sequence[Rollout], iteration: int) -> TaskBatch:
         """The batch of ``iteration`` from the previous iteration's rollouts."""
+        if self.real_sampler is not None:
+            self.real_sampler.update([(r.task_id, r.reward) for r in rollouts])
         stats = self.task_stats(rollouts)
         counts: Counter[str] = Counter()
         seeds: list[str] = []
@@ -106,10 +123,14 @@ class Curriculum:
             seeds = select_seeds(stats, self.cfg.seeds_per_iteration, self.cfg.min_variance)
             known = self.tasks_by_id
             seed_tasks = [known[s] for s in seeds if s in known]
-            assert self.generate_fn is not None
-            candidates = generate_variants(
-                self.generate_fn, seed_tasks, self.cfg.variants_per_seed, counts=counts
-            )
+            if self.variant_fn is not None:
+                candidates = self.variant_fn(seed_tasks, self.cfg.variants_per_seed, iteration)
+                counts["variants_requested"] += len(seed_tasks) * self.cfg.variants_per_seed
+            else:
+                assert self.generate_fn is not None
+                candidates = generate_variants(
+                    self.generate_fn, seed_tasks, self.cfg.variants_per_seed, counts=counts
+                )
             kept, rejected = filter_generated(
                 candidates,
                 [*self.real, *self.generated],
@@ -121,7 +142,12 @@ class Curriculum:
             self.seed_ids.update(seeds)
         lam = self.cfg.lambda_generated if self.task_generation else 0.0
         tasks = mix_batch(
-            self.real, self.generated, self.cfg.batch_size, lam, self.cfg.seed + iteration
+            self.real,
+            self.generated,
+            self.cfg.batch_size,
+            lam,
+            self.cfg.seed + iteration,
+            self._picker(iteration),
         )
         per_task = group_stats(rollouts)
         hist = variance_histogram([s.variance for s in per_task.values()], self.cfg.variance_bins)

@@ -15,7 +15,7 @@ import math
 import random
 import re
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from components.curriculum.variance import GroupStats
 from components.schema import Task
@@ -101,11 +101,13 @@ def mix_batch(
     batch_size: int,
     lambda_generated: float,
     seed: int,
+    pick_real: Callable[[int], list[Task]] | None = None,
 ) -> list[Task]:
     """A task batch of ``batch_size``: at most floor(lambda * B) generated, the rest real.
 
     Generated tasks are taken in the given order (put the newest / best seeded first); real
-    tasks are sampled without replacement (cycling when the batch is larger than the set).
+    tasks are sampled without replacement (cycling when the batch is larger than the set),
+    or chosen by ``pick_real(n)`` (e.g. the reward-variance sampler).
     """
     if not real:
         raise ValueError("a batch needs real tasks (generated ones are capped by lambda)")
@@ -113,7 +115,7 @@ def mix_batch(
     n_gen = min(n_generated_slots(batch_size, lambda_generated), len(generated))
     picked_gen = list(generated[:n_gen])
     n_real = batch_size - n_gen
-    picked_real: list[Task] = []
+    picked_real: list[Task] = pick_real(n_real) if pick_real is not None else []
     while len(picked_real) < n_real:
         order = list(real)
         rng.shuffle(order)

@@ -1,22 +1,21 @@
-"""Agent stages: the SFT and DPO baselines, held-out evaluation of any policy, Table 1.
+"""Agent stages: the SFT and DPO baselines, held-out evaluation of any method, Table 1.
 
-``train_sft_baseline`` clones successful train-split trajectories; ``train_dpo_baseline``
-continues from the SFT policy on preference pairs of the same offline data. Both save to
-``models/policy/<method>`` and register the policy as ``policy`` (aliases ``candidate``
-and the method name). ``evaluate_policy`` runs a saved policy on the held-out real test
-tasks and writes ``metrics/eval/<method>.json``; ``build_table1`` gathers those files into
-``metrics/table1.json`` and a markdown table. Heavy imports stay inside the functions.
+Every policy method is trained once per training seed (``agent.seeds``), each seed in
+its own worker process (components/stages/parallel.py), into
+``models/policy/<method>/seed-<s>``; the seed-0 policy is registered in MLflow as
+``policy`` (aliases ``candidate`` and the method). ``evaluate_policy`` plays every seed's
+policy on the held-out test tasks (sampled, and greedily) and writes the episodes to
+``data/eval/<method>.jsonl`` and a summary to ``metrics/eval/<method>.json``; the
+``random`` method is the random-admissible baseline on the same tasks, seeds and step
+limit. ``build_table1`` turns the episodes into ``metrics/table1.json`` (CIs, paired
+differences from SFT and random, provenance) and a markdown table.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
-import shutil
 import time
-from collections.abc import Sequence
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -28,22 +27,16 @@ log = logging.getLogger("dreamgym")
 
 REGISTERED_MODEL = "policy"
 CANDIDATE_ALIAS = "candidate"
-SFT = "sft"
-DPO = "dpo"
-EVAL_DIR = "eval"  # metrics/eval/<method>.json
+SFT, DPO, RANDOM = "sft", "dpo", "random"
+EVAL_DIR = "eval"  # metrics/eval/<method>.json and data/eval/<method>.jsonl
 AGENT_DIR = "agent"  # metrics/agent/<method>.json (training)
 TABLE1_METRICS = "table1.json"
 TABLE1_MARKDOWN = "table1.md"
-# budgets, logging and evaluation knobs do not change the trained weights
-_NOT_IN_FINGERPRINT = {
-    "eval": True,
-    "sft": {"max_train_minutes", "logging_steps", "save_steps", "eval_loss_examples"},
-    "dpo": {"max_train_minutes", "logging_steps", "save_steps"},
-}
+TEST_SPLIT = "test"
 
 
 def policy_dir(paths: Paths, method: str) -> Path:
-    """Where the policy of a method is saved (a DVC output)."""
+    """Where a method's policies are saved, one ``seed-<s>`` directory each (DVC output)."""
     return paths.root / "models" / "policy" / method
 
 
@@ -53,24 +46,29 @@ def checkpoint_dir(paths: Paths, method: str) -> Path:
 
 
 def eval_file(paths: Paths, method: str) -> Path:
-    """The evaluation metrics of a method on the held-out test tasks."""
+    """The evaluation summary of a method on the held-out test tasks."""
     return paths.metrics / EVAL_DIR / f"{method}.json"
 
 
-def _load_trajectories(paths: Paths) -> list[Trajectory]:
+def episodes_file(paths: Paths, method: str) -> Path:
+    """The evaluation episodes of a method (one JSON row per task, seed and mode)."""
+    return paths.data / EVAL_DIR / f"{method}.jsonl"
+
+
+def agent_metrics_file(paths: Paths, method: str) -> Path:
+    """The training summary of a method."""
+    return paths.metrics / AGENT_DIR / f"{method}.json"
+
+
+def load_trajectories(paths: Paths) -> list[Trajectory]:
+    """The ingested trajectories (raises with a hint when missing)."""
     if not paths.trajectories_file.exists():
         raise FileNotFoundError(f"{paths.trajectories_file} missing: run `dreamgym ingest`")
     return list(read_jsonl(paths.trajectories_file, Trajectory))
 
 
-def _digest(records: Sequence[dict[str, Any]]) -> str:
-    h = hashlib.sha256()
-    for r in records:
-        h.update(json.dumps(r, sort_keys=True).encode("utf-8"))
-    return h.hexdigest()[:16]
-
-
-def _register(run: Any, cfg: Config, out: Path, method: str, extra_tags: dict[str, Any]) -> str:
+def register(run: Any, cfg: Config, out: Path, method: str, tags: dict[str, Any]) -> str:
+    """Register a policy directory as ``policy`` with aliases ``candidate`` and the method."""
     from components.tracking import register_model_dir
 
     version = register_model_dir(
@@ -78,256 +76,292 @@ def _register(run: Any, cfg: Config, out: Path, method: str, extra_tags: dict[st
         out,
         REGISTERED_MODEL,
         aliases=(CANDIDATE_ALIAS, method),
-        tags={
-            "method": method,
-            "base_model": cfg.agent.model,
-            "profile": cfg.profile,
-            **extra_tags,
-        },
+        tags={"method": method, "policy": cfg.agent.policy, "profile": cfg.profile, **tags},
     )
     run.set_tags({"registered_model": f"{REGISTERED_MODEL}/{version}"})
     return version
 
 
-def train_sft_baseline(cfg: Config, paths: Paths) -> dict[str, Any]:
-    """Stage train_sft_baseline: behaviour cloning on successful train trajectories."""
-    from components.agent.baselines import (
-        load_base_policy,
-        policy_settings,
-        save_policy,
-        train_sft_policy,
+def seed_summary(per_seed: dict[int, dict[str, Any]]) -> dict[str, Any]:
+    """Training metrics of every seed, plus the mean of each numeric one over seeds."""
+    out: dict[str, Any] = {"seeds": len(per_seed)}
+    keys = set.intersection(*(set(numbers(m)) for m in per_seed.values())) if per_seed else set()
+    for k in sorted(keys):
+        out[k] = sum(float(m[k]) for m in per_seed.values()) / len(per_seed)
+    out["per_seed"] = {str(s): numbers(m) for s, m in sorted(per_seed.items())}
+    return out
+
+
+def log_seeds(run: Any, stage: str, results: dict[int, dict[str, Any]], step_key: str) -> None:
+    """One nested MLflow run per seed: its final metrics and its per-step curves."""
+    for seed, result in sorted(results.items()):
+        with run.child(f"{stage}/seed-{seed}", {"seed": seed}) as child:
+            child.log_metrics(numbers(result))
+            child.log_history(result.get("history", []), step_key)
+
+
+# ----------------------------------------------------------------------------- SFT / DPO
+
+
+def sft_seed(cfg: Config, paths: Paths, seed: int, demos: list, held_out: list) -> dict[str, Any]:
+    """Worker: behaviour cloning of the expert for one seed (scoring policy)."""
+    from components.agent.loading import new_scorer, save_policy, seed_dir
+    from components.agent.scorer_training import accuracy, train_sft
+
+    s = cfg.agent.sft
+    policy = new_scorer(cfg, seed)
+    result = train_sft(
+        policy,
+        demos,
+        epochs=max(1, round(s.epochs)),
+        learning_rate=s.learning_rate,
+        batch_size=s.batch_size,
+        weight_decay=s.weight_decay,
+        seed=seed,
     )
-    from components.agent.sft_data import build_sft_examples, corpus
-    from components.experience.sft import prepare_checkpoints
-    from components.lm.models import count_parameters
+    result["validation_accuracy"] = accuracy(policy, held_out) if held_out else 0.0
+    meta = {"method": SFT, "seed": seed, "policy": "scorer", "real_steps": 0}
+    save_policy(policy, seed_dir(policy_dir(paths, SFT), seed), meta)
+    return result
+
+
+def dpo_seed(cfg: Config, paths: Paths, seed: int, demos: list) -> dict[str, Any]:
+    """Worker: DPO from the seed's SFT policy (scoring policy)."""
+    from components.agent.loading import load_policy, save_policy, seed_dir
+    from components.agent.scorer_training import preference_pairs, train_dpo
+
+    d = cfg.agent.dpo
+    policy = load_policy(seed_dir(policy_dir(paths, SFT), seed))
+    pairs = preference_pairs(demos, d.max_rejected_per_state, seed=seed)
+    if d.max_pairs is not None:
+        pairs = pairs[: d.max_pairs]
+    result = train_dpo(
+        policy,
+        pairs,
+        beta=d.beta,
+        epochs=max(1, round(d.epochs)),
+        learning_rate=d.learning_rate,
+        batch_size=d.batch_size,
+        seed=seed,
+    )
+    meta = {"method": DPO, "seed": seed, "policy": "scorer", "init": SFT, "real_steps": 0}
+    save_policy(policy, seed_dir(policy_dir(paths, DPO), seed), meta)
+    return result
+
+
+def _offline_stage(cfg: Config, paths: Paths, method: str) -> dict[str, Any]:
+    """SFT or DPO over every seed (workers), logged and registered."""
+    from components.agent.loading import seed_dir
+    from components.agent.scorer_training import expert_steps
+    from components.stages.parallel import run_jobs
     from components.tracking import stage_run
 
-    acfg, s = cfg.agent, cfg.agent.sft
-    settings = policy_settings(acfg)
     start = time.perf_counter()
-    trajectories = _load_trajectories(paths)
-    train, stats = build_sft_examples(
-        trajectories,
-        settings,
-        policies=s.policies,
-        skip_invalid=s.skip_invalid,
-        limit=s.max_train_examples,
-        seed=acfg.seed,
-    )
-    if not train:
-        raise ValueError("no successful train-split trajectory to clone")
-    # a teacher-forced loss on validation trajectories (never the test split)
-    held_out = (
-        build_sft_examples(
-            trajectories, settings, limit=s.eval_loss_examples, seed=acfg.seed, split="validation"
-        )[0]
-        if s.eval_loss_examples
-        else []
-    )
-    build_seconds = time.perf_counter() - start
-    log.info("built %d SFT examples in %.1f s: %s", len(train), build_seconds, stats)
-    fingerprint = {
-        "agent": acfg.model_dump(mode="json", exclude=_NOT_IN_FINGERPRINT),
-        "settings": asdict(settings),
-        "examples": _digest([ex.to_sft() for ex in train]),
-    }
-    ckpt = checkpoint_dir(paths, SFT)
-    prepare_checkpoints(ckpt, fingerprint)
-    model, tokenizer = load_base_policy(
-        acfg, list(corpus(train)), paths.root / "models" / "base", ckpt / "tokenizer"
-    )
-    n_params = count_parameters(model)
+    trajectories = load_trajectories(paths)
+    seeds = list(cfg.agent.seeds)
     data = {"trajectories": paths.trajectories_file}
-    with stage_run("train_sft", "agent", cfg, ("agent",), paths.root, data) as run:
-        run.set_tags({"method": SFT, "base_model": acfg.model})
-        model, result = train_sft_policy(
-            model, tokenizer, train, acfg, ckpt, fingerprint=fingerprint, eval_examples=held_out
-        )
-        metrics: dict[str, Any] = {
-            **result.metrics(),
+    if method == DPO:
+        data["sft_policy"] = policy_dir(paths, SFT)
+    with stage_run(f"train_{method}", "agent", cfg, ("agent",), paths.root, data) as run:
+        run.set_tags({"method": method, "policy": cfg.agent.policy})
+        if cfg.agent.policy == "lm":
+            from components.stages.agent_lm import train_dpo_lm, train_sft_lm
+
+            train = train_sft_lm if method == SFT else train_dpo_lm
+            results = {s: train(cfg, paths, s) for s in seeds}
+            stats: dict[str, Any] = {}
+        else:
+            demos, stats = expert_steps(trajectories)
+            if not demos:
+                raise ValueError("no expert demonstration in the train split to clone")
+            if method == SFT:
+                held_out, _ = expert_steps(trajectories, split="validation")
+                jobs = [(cfg, paths, s, demos, held_out) for s in seeds]
+                outs = run_jobs(sft_seed, jobs, cfg.agent.workers)
+            else:
+                outs = run_jobs(
+                    dpo_seed, [(cfg, paths, s, demos) for s in seeds], cfg.agent.workers
+                )
+            results = dict(zip(seeds, outs, strict=True))
+        log_seeds(run, f"train_{method}", results, "epoch")
+        summary = {
+            **seed_summary(results),
             **{f"data_{k}": v for k, v in stats.items()},
-            "n_parameters": n_params,
-            "n_eval_loss_examples": len(held_out),
-            "build_seconds": round(build_seconds, 2),
             "real_steps": 0,  # offline data only: no env interaction while training
-            "offline_transitions": stats["examples"],
+            "wall_seconds": round(time.perf_counter() - start, 2),
         }
-        meta = {
-            "method": SFT,
-            "base_model": acfg.model,
-            "tiny_preset": acfg.tiny_preset if acfg.model == "tiny" else None,
-            "n_parameters": n_params,
-            "real_steps": 0,
-            "offline_transitions": stats["examples"],
-            "examples_digest": fingerprint["examples"],
-        }
-        out = policy_dir(paths, SFT)
-        save_policy(model, tokenizer, out, settings, meta)
-        run.log_metrics(metrics)
-        run.log_dict(result.log_history, "sft/log_history.json")
-        version = _register(run, cfg, out, SFT, {})
-    write_json(paths.metrics / AGENT_DIR / f"{SFT}.json", numbers(metrics))
-    shutil.rmtree(ckpt, ignore_errors=True)  # finished: the next run starts fresh
-    log.info("SFT policy trained: %s", result.metrics())
-    return {**metrics, "registered_version": version, "model_dir": str(out)}
+        run.log_metrics(numbers(summary))
+        init = {"init": SFT} if method == DPO else {}
+        version = register(run, cfg, seed_dir(policy_dir(paths, method), seeds[0]), method, init)
+    write_json(agent_metrics_file(paths, method), summary)
+    log.info("%s trained on %d seeds: %s", method, len(seeds), numbers(summary))
+    return {**summary, "registered_version": version}
+
+
+def train_sft_baseline(cfg: Config, paths: Paths) -> dict[str, Any]:
+    """Stage train_sft: behaviour cloning of the expert's demonstrations, every seed."""
+    return _offline_stage(cfg, paths, SFT)
 
 
 def train_dpo_baseline(cfg: Config, paths: Paths) -> dict[str, Any]:
-    """Stage train_dpo_baseline: DPO from the SFT policy on offline preference pairs."""
-    from components.agent.baselines import load_settings, save_policy, train_dpo_policy
-    from components.agent.dpo_data import build_pairs
-    from components.experience.sft import prepare_checkpoints
-    from components.lm.models import load_pretrained_dir
-    from components.tracking import dvc_md5, stage_run
-
-    acfg, d = cfg.agent, cfg.agent.dpo
-    sft_dir = policy_dir(paths, SFT)
-    settings = load_settings(sft_dir)  # the SFT policy's prompt shape, whatever agent says now
-    trajectories = _load_trajectories(paths)
-    pairs, stats = build_pairs(
-        trajectories,
-        settings,
-        max_rejected_per_state=d.max_rejected_per_state,
-        limit=d.max_pairs,
-        seed=acfg.seed,
-    )
-    if not pairs:
-        raise ValueError("no preference pair could be built from the train trajectories")
-    log.info("built %d preference pairs: %s", len(pairs), stats)
-    fingerprint = {
-        "dpo": d.model_dump(mode="json", exclude=_NOT_IN_FINGERPRINT["dpo"]),
-        "max_length": acfg.max_length,
-        "sft_model": dvc_md5(sft_dir),
-        "pairs": _digest([p.to_dpo() for p in pairs]),
-    }
-    ckpt = checkpoint_dir(paths, DPO)
-    prepare_checkpoints(ckpt, fingerprint)
-    model, tokenizer = load_pretrained_dir(sft_dir)
-    data = {"trajectories": paths.trajectories_file, "sft_policy": sft_dir}
-    with stage_run("train_dpo", "agent", cfg, ("agent",), paths.root, data) as run:
-        run.set_tags({"method": DPO, "base_model": acfg.model})
-        model, result = train_dpo_policy(
-            model, tokenizer, pairs, acfg, ckpt, fingerprint=fingerprint
-        )
-        n_pairs_used = result.n_pairs
-        metrics: dict[str, Any] = {
-            **result.metrics(),
-            **{f"data_{k}": v for k, v in stats.items()},
-            "real_steps": 0,  # offline data only
-        }
-        meta = {
-            "method": DPO,
-            "base_model": acfg.model,
-            "init": "sft",
-            "real_steps": 0,
-            "preference_pairs": n_pairs_used,
-            "pairs_digest": fingerprint["pairs"],
-        }
-        out = policy_dir(paths, DPO)
-        save_policy(model, tokenizer, out, settings, meta)
-        run.log_metrics(metrics)
-        run.log_dict(result.log_history, "dpo/log_history.json")
-        version = _register(run, cfg, out, DPO, {"init": "sft"})
-    write_json(paths.metrics / AGENT_DIR / f"{DPO}.json", numbers(metrics))
-    shutil.rmtree(ckpt, ignore_errors=True)
-    log.info("DPO policy trained: %s", result.metrics())
-    return {**metrics, "registered_version": version, "model_dir": str(out)}
+    """Stage train_dpo: DPO from each seed's SFT policy (expert vs other commands)."""
+    return _offline_stage(cfg, paths, DPO)
 
 
-def training_real_steps(paths: Paths, method: str, meta: dict[str, Any]) -> int | None:
-    """Real env steps a method's training used: its policy.json, else its training metrics."""
-    if meta.get("real_steps") is not None:
-        return int(meta["real_steps"])
-    path = paths.metrics / AGENT_DIR / f"{method}.json"
+# ----------------------------------------------------------------------------- evaluation
+
+
+def training_real_steps(paths: Paths, method: str) -> float | None:
+    """Mean real env steps a method's training used per seed (its training metrics)."""
+    if method == RANDOM:
+        return 0
+    path = agent_metrics_file(paths, method)
     if path.exists():
         value = json.loads(path.read_text(encoding="utf-8")).get("real_steps")
-        return int(value) if value is not None else None
+        return value if value is not None else None
     return None  # unknown: never invented
 
 
-def evaluate_policy(cfg: Config, paths: Paths, method: str) -> dict[str, Any]:
-    """Stage evaluate_<method>: the saved policy on the held-out real test tasks."""
-    from components.agent.baselines import load_meta
-    from components.agent.evaluate import TEST_SPLIT, TransformersPolicy, evaluate, held_out_tasks
+def eval_job(cfg: Config, paths: Paths, method: str, seed: int, mode: str) -> list[dict[str, Any]]:
+    """Worker: one seed's policy (or the random baseline) on every test task, one mode."""
+    import torch
+
+    from components.agent.evaluate import held_out_tasks, run_episodes
+    from components.agent.loading import Acting, RandomAdmissible, load_policy, seed_dir
     from components.envs import make_env
     from components.stages.data import load_tasks
+
+    tasks = held_out_tasks(load_tasks(paths))
+    e = cfg.agent.eval
+    if method == RANDOM:
+        policy: Any = RandomAdmissible(seed)
+    else:
+        loaded = load_policy(seed_dir(policy_dir(paths, method), seed), cfg.agent)
+        policy = Acting(loaded, e.temperature if mode == "sampled" else 0.0, e.max_new_tokens)
+    torch.manual_seed(seed)
+    records = run_episodes(
+        policy, tasks, lambda: make_env(cfg.env, paths.root), seed=seed, parallel=e.parallel_envs
+    )
+    return [
+        {
+            "method": method,
+            "mode": mode,
+            "seed": seed,
+            "task_id": r.task_id,
+            "success": int(r.success),
+            "steps": r.steps,
+            "invalid": r.invalid,
+            "malformed": r.malformed,
+            "truncated": int(r.truncated),
+            "env_error": r.env_error,
+        }
+        for r in records
+    ]
+
+
+def evaluate_policy(cfg: Config, paths: Paths, method: str) -> dict[str, Any]:
+    """Stage evaluate_policy@<method>: every seed on the held-out test tasks."""
+    from components.agent.evaluate import held_out_tasks
+    from components.agent.loading import is_policy_dir, seed_dir
+    from components.agent.table1 import GREEDY, SAMPLED, mode_summary
+    from components.stages.data import load_tasks
+    from components.stages.parallel import run_jobs
     from components.tracking import stage_run, tag_model_alias
 
-    e = cfg.agent.eval
-    pdir = policy_dir(paths, method)
-    if not (pdir / "config.json").exists():
-        raise FileNotFoundError(f"no policy under {pdir}: train `{method}` first")
-    tasks = held_out_tasks(load_tasks(paths))
-    if not tasks:
+    start = time.perf_counter()
+    seeds = list(cfg.agent.seeds)
+    if method != RANDOM:
+        missing = [s for s in seeds if not is_policy_dir(seed_dir(policy_dir(paths, method), s))]
+        if missing:
+            raise FileNotFoundError(
+                f"no {method} policy for seeds {missing} under {policy_dir(paths, method)}: "
+                f"train `{method}` first"
+            )
+    if not held_out_tasks(load_tasks(paths)):
         raise ValueError("the task suite has no test split to evaluate on")
-    meta = load_meta(pdir)
-    policy = TransformersPolicy.from_dir(
-        pdir,
-        max_new_tokens=e.max_new_tokens,
-        temperature=e.temperature,
-        batch_size=e.gen_batch_size,
-    )
-    data = {"policy": pdir, "tasks": paths.tasks_file}
+    modes = [SAMPLED] + ([GREEDY] if cfg.agent.eval.greedy and method != RANDOM else [])
+    jobs = [(cfg, paths, method, s, m) for m in modes for s in seeds]
+    data = {"tasks": paths.tasks_file}
+    if method != RANDOM:
+        data["policy"] = policy_dir(paths, method)
     with stage_run(
         f"evaluate_policy@{method}", "agent", cfg, ("agent", "env"), paths.root, data
     ) as run:
-        result = evaluate(
-            policy,
-            tasks,
-            lambda: make_env(cfg.env, paths.root),
-            seeds=e.seeds,
-            greedy=e.temperature == 0,
-            history_len=policy.settings.history_len,
-            parallel=e.parallel_envs,
-        )
+        rows = [r for part in run_jobs(eval_job, jobs, cfg.agent.workers) for r in part]
         summary: dict[str, Any] = {
             "env": cfg.env.name,
             "method": method,
             "split": TEST_SPLIT,
-            **result.summary(),
-            "real_steps": training_real_steps(paths, method, meta),
+            "headline": SAMPLED,
+            "real_steps": training_real_steps(paths, method),
         }
-        run.set_tags({"method": method, "split": TEST_SPLIT})
-        run.log_metrics(numbers(summary))
-        run.log_dict(result.rows(), f"eval/{method}_episodes.json")
-        tag_model_alias(
-            REGISTERED_MODEL,
-            method,
-            {
-                "eval.success": round(summary["success"], 4),
-                "eval.ci_low": round(summary["ci_low"], 4),
-                "eval.ci_high": round(summary["ci_high"], 4),
-                "eval.episodes": summary["episodes"],
-                "eval.run_id": run.run_id,
-            },
+        for m in modes:
+            part = mode_summary(rows, m)
+            if part is not None:
+                summary[m] = part
+        summary.update({k: summary[SAMPLED][k] for k in ("success", "ci_low", "ci_high")})
+        summary["episodes"] = summary[SAMPLED]["episodes"]
+        summary["seeds"] = summary[SAMPLED]["seeds"]
+        summary["eval_real_steps"] = sum(r["steps"] for r in rows)
+        summary["invalid_rate"] = sum(r["invalid"] for r in rows) / max(
+            1, summary["eval_real_steps"]
         )
+        summary["env_errors"] = sum(r["env_error"] is not None for r in rows)
+        summary["eval_seconds"] = round(time.perf_counter() - start, 2)
+        run.set_tags({"method": method, "split": TEST_SPLIT})
+        greedy = numbers(summary.get(GREEDY, {}))
+        run.log_metrics(numbers(summary) | {f"greedy.{k}": v for k, v in greedy.items()})
+        run.log_dict(rows, f"eval/{method}_episodes.json")
+        if method != RANDOM:
+            tag_model_alias(
+                REGISTERED_MODEL,
+                method,
+                {
+                    "eval.success": round(summary["success"], 4),
+                    "eval.ci_low": round(summary["ci_low"], 4),
+                    "eval.ci_high": round(summary["ci_high"], 4),
+                    "eval.episodes": summary["episodes"],
+                    "eval.run_id": run.run_id,
+                },
+            )
+    out = episodes_file(paths, method)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(out.name + ".tmp")
+    tmp.write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in rows), encoding="utf-8")
+    tmp.replace(out)
     write_json(eval_file(paths, method), summary)
     log.info(
-        "%s on %d test episodes: success %.3f [%.3f, %.3f], malformed %.3f, %d real steps",
+        "%s on %d test episodes x %d seeds: sampled %.3f [%.3f, %.3f]%s",
         method,
         summary["episodes"],
+        summary["seeds"],
         summary["success"],
         summary["ci_low"],
         summary["ci_high"],
-        summary["malformed_rate"],
-        summary["eval_real_steps"],
+        f", greedy {summary[GREEDY]['success']:.3f}" if GREEDY in summary else "",
     )
     return summary
 
 
 def build_table1(cfg: Config, paths: Paths) -> dict[str, Any]:
-    """Stage build_table1: metrics/table1.json and its markdown from the evaluations."""
-    from components.agent.table1 import build_table, load_evaluations, markdown
-    from components.tracking import stage_run
+    """Stage table1: metrics/table1.json (with provenance) and its markdown."""
+    from components.agent.table1 import METHODS, build_table, load_episodes, markdown
+    from components.tracking import git_commit, stage_run
 
-    table = build_table(load_evaluations(paths.metrics / EVAL_DIR))
+    episodes = load_episodes(paths.data / EVAL_DIR)
+    steps = {m: training_real_steps(paths, m) for m in METHODS}
+    table = build_table(cfg.env.name, episodes, steps)
+    sha, dirty = git_commit(paths.root)
+    table["_provenance"] = {"git_commit": sha, "dirty": dirty, "profile": cfg.profile}
+    table["_headline"] = "sampled"
     text = markdown(table)
     write_json(paths.metrics / TABLE1_METRICS, table)
     md_path = paths.metrics / TABLE1_MARKDOWN
     md_path.write_text(text, encoding="utf-8")
     with stage_run("table1", "agent", cfg, (), paths.root) as run:
         for env, rows in table.items():
-            run.log_metrics({env: {m: r for m, r in rows.items() if r is not None}})
+            if not env.startswith("_"):
+                run.log_metrics({env: {m: r for m, r in rows.items() if r is not None}})
         run.log_dict(table, "table1/table1.json")
         run.log_artifact(md_path, "table1")
     log.info("Table 1:\n%s", text)

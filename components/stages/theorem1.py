@@ -53,21 +53,14 @@ def real_success(
     cfg: Config, paths: Paths, sft_dir: Path, snaps: dict[int, Path], tasks: list[Task]
 ) -> dict[int, dict[str, Any]]:
     """Greedy real success of every snapshot pi_k on ``tasks`` (k -> eval summary)."""
-    from components.agent.evaluate import TransformersPolicy, evaluate
+    from components.agent.evaluate import evaluate
+    from components.agent.loading import Acting, load_policy
     from components.agent.train import load_snapshot
     from components.envs import make_env
-    from components.stages.rl import load_policy
 
     e = cfg.agent.eval
-    policy = load_policy(cfg, sft_dir)
-    actor = TransformersPolicy(
-        policy.model,
-        policy.tokenizer,
-        policy.settings,
-        max_new_tokens=e.max_new_tokens,
-        temperature=0.0,
-        batch_size=e.gen_batch_size,
-    )
+    policy = load_policy(sft_dir, cfg.agent)
+    actor = Acting(policy, 0.0, e.max_new_tokens)
     out: dict[int, dict[str, Any]] = {}
     for k in sorted(snaps):
         load_snapshot(policy, snaps[k])
@@ -77,7 +70,6 @@ def real_success(
             lambda: make_env(cfg.env, paths.root),
             seeds=(cfg.seed,),
             greedy=True,
-            history_len=policy.settings.history_len,
             parallel=e.parallel_envs,
         )
         out[k] = result.summary()
@@ -93,7 +85,8 @@ def real_success(
 def measure_run(
     cfg: Config, paths: Paths, algo: str, env: Any, tasks: dict[str, Task]
 ) -> tuple[list[Any], dict[str, Any]]:
-    """(IterationTerms per update, run extras) of one DreamGym run."""
+    """(IterationTerms per update, run extras) of one DreamGym run (its first seed)."""
+    from components.agent.loading import seed_dir
     from components.evaluation.judge import GroundedJudge
     from components.evaluation.theorem1 import IterationTerms, model_errors
     from components.stages.agent import SFT, policy_dir
@@ -107,18 +100,26 @@ def measure_run(
 
     t1 = cfg.theorem1
     method = dreamgym_method(algo)
-    history = read_history(history_file(paths, method))
+    seed = cfg.agent.seeds[0]  # one run is measured: the first training seed's
+    history = [r for r in read_history(history_file(paths, method)) if r.get("seed", seed) == seed]
     if not history:
         raise FileNotFoundError(f"no training history of {method}: run train_dreamgym")
     n_rounds = len(history) if t1.max_rounds is None else min(len(history), t1.max_rounds)
-    trajs = list(read_jsonl(synthetic_file(paths, algo), Trajectory))
+    trajs = [
+        t
+        for t in read_jsonl(synthetic_file(paths, algo), Trajectory)
+        if t.steps and (t.steps[0].provenance.checkpoint or "").startswith(f"seed-{seed}/")
+    ]
     snaps = {
-        k: f for k, f in _snapshot_rounds(snapshots_dir(paths, method)).items() if k < n_rounds
+        k: f
+        for k, f in _snapshot_rounds(snapshots_dir(paths, method, seed)).items()
+        if k < n_rounds
     }
     real_tasks = [t for t in tasks.values() if t.split == t1.split and not t.generated]
     real = {}
     if snaps and real_tasks:
-        real = real_success(cfg, paths, policy_dir(paths, SFT), snaps, real_tasks)
+        sft = seed_dir(policy_dir(paths, SFT), seed)
+        real = real_success(cfg, paths, sft, snaps, real_tasks)
     judge = GroundedJudge(env, tasks, cfg.judge)
     records, skipped = [], 0
     for k in range(1, n_rounds):
@@ -145,6 +146,7 @@ def measure_run(
             )
         )
     extras = {
+        "seed": seed,
         "rounds": len(history),
         "rounds_measured": n_rounds,
         "real_split": t1.split,
