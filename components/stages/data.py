@@ -79,13 +79,14 @@ def collect(cfg: Config, paths: Paths) -> dict[str, Any]:
 
 def ingest(cfg: Config, paths: Paths) -> dict[str, Any]:
     """Stage ingest: validate raw trajectories with GX, quarantine bad rows, write metrics."""
-    from components.data.ingest import REPORT_FILE, VALIDATION_FILE
+    from components.data.ingest import REPORT_FILE, VALIDATION_FILE, check_inputs
     from components.data.ingest import ingest as ingest_files
     from components.tracking import stage_run
 
     raw_files = sorted(paths.raw.rglob("*.jsonl"))
     if not raw_files:
         raise FileNotFoundError(f"no *.jsonl under {paths.raw}: run `dreamgym collect` first")
+    check_inputs(raw_files)  # a folder named x.jsonl: fail before any run is recorded
     data = {"raw": paths.raw, "tasks": paths.tasks}
     with (
         output_lock(paths.ingested, paths.quarantine, command="ingest"),
