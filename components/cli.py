@@ -6,17 +6,19 @@ Nothing heavy is imported at start-up, so ``dreamgym --help`` answers instantly.
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
-from components.config import PARAMS_FILE, Config, ConfigError, Paths, load_config
+from components.config import PARAMS_FILE, Config, Paths, load_config
 
 app = typer.Typer(
     name="dreamgym",
@@ -50,6 +52,75 @@ _QUIET_ENV = {
 }
 
 
+# Exit codes of the known failures (anything else is a bug and keeps its traceback).
+EXIT_ERROR, EXIT_CONFIG, EXIT_BUDGET, EXIT_BUSY = 1, 2, 3, 75  # 75: EX_TEMPFAIL, retry later
+# filesystem errors a user can fix (disk full, permissions, read-only, a folder for a file)
+_FS_ERRNOS = {
+    errno.ENOSPC: "free some disk space, then rerun",
+    errno.EDQUOT: "free some space (disk quota exceeded), then rerun",
+    errno.EFBIG: "the file is too large for this filesystem",
+    errno.EACCES: "check the permissions of that path",
+    errno.EPERM: "check the permissions of that path",
+    errno.EROFS: "the filesystem is read-only: use a writable --root",
+    errno.EISDIR: "a folder is in the way of a file",
+    errno.ENOTDIR: "a file is in the way of a folder",
+}
+
+
+def _one_line(text: str) -> str:
+    return "; ".join(part.strip() for part in str(text).splitlines() if part.strip())
+
+
+def _known_error(err: BaseException) -> tuple[int, str] | None:
+    """(exit code, one-line message) of a failure the user can act on, else None."""
+    from components.config import ConfigError
+    from components.io import InputError, OutputBusyError, OutputWriteError
+
+    # classes of modules not imported yet cannot be what was raised: no import for them
+    mods = sys.modules
+    teacher, annotate = mods.get("components.teacher.base"), mods.get("components.teacher.annotate")
+    buffer = mods.get("components.buffer.store")
+    if isinstance(err, ConfigError):
+        return EXIT_CONFIG, str(err)
+    if isinstance(err, OutputBusyError):
+        return EXIT_BUSY, str(err)
+    if teacher and isinstance(err, teacher.BudgetExhaustedError):
+        return EXIT_BUDGET, f"{err}; rerun to resume. stats: {json.dumps(err.stats)}"
+    if (teacher and isinstance(err, teacher.TeacherError)) or (
+        annotate and isinstance(err, annotate.AnnotationFileError)
+    ):
+        return EXIT_ERROR, str(err)
+    if buffer and isinstance(err, buffer.ReplayBufferError):
+        return EXIT_ERROR, str(err)
+    if isinstance(err, InputError | FileNotFoundError) and err.args:
+        return EXIT_ERROR, str(err)  # FileNotFoundError: the stages' "run X first" hints
+    if isinstance(err, OutputWriteError) or (isinstance(err, OSError) and err.errno in _FS_ERRNOS):
+        hint = _FS_ERRNOS.get(err.errno or 0)
+        what = err.strerror or str(err)
+        where = f"{err.filename}: " if err.filename else ""
+        message = f"{where}{what}" + (f" ({hint})" if hint else "")
+        if isinstance(err, OutputWriteError):
+            message += "; the previous outputs are unchanged"
+        return EXIT_ERROR, message
+    return None
+
+
+@contextmanager
+def _errors() -> Iterator[None]:
+    """Known failures end the command with one line on stderr and their exit code."""
+    try:
+        yield
+    except typer.Exit:
+        raise
+    except Exception as err:
+        known = _known_error(err)
+        if known is None:
+            raise
+        code, message = known
+        typer.echo(f"error: {_one_line(message)}", err=True)
+        raise typer.Exit(code) from None
+
+
 def _setup(params: Path, profile: str | None, root: Path) -> tuple[Config, Paths]:
     for key, value in _QUIET_ENV.items():
         os.environ.setdefault(key, value)
@@ -58,21 +129,15 @@ def _setup(params: Path, profile: str | None, root: Path) -> tuple[Config, Paths
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         datefmt="%H:%M:%S",
     )
-    try:
+    with _errors():
         cfg = load_config(params, profile)
-    except ConfigError as err:
-        typer.echo(f"error: {err}", err=True)
-        raise typer.Exit(2) from None
     return cfg, Paths(root.resolve())
 
 
 def _run(stage: Callable[[Config, Paths], dict[str, Any]], params, profile, root) -> None:
     cfg, paths = _setup(params, profile, root)
-    try:
+    with _errors():
         summary = stage(cfg, paths)
-    except FileNotFoundError as err:
-        typer.echo(f"error: {err}", err=True)
-        raise typer.Exit(1) from None
     typer.echo(json.dumps(summary, indent=2, sort_keys=True, default=str))
 
 
@@ -127,16 +192,8 @@ def annotate(
 ) -> None:
     """Annotate every real transition with a teacher reasoning trace (resumable)."""
     from components.stages import data as stages
-    from components.teacher.base import BudgetExhaustedError, TeacherError
 
-    try:
-        _run(lambda cfg, paths: stages.annotate(cfg, paths, fresh=fresh), params, profile, root)
-    except BudgetExhaustedError as err:
-        typer.echo(f"error: {err}; rerun to resume. stats: {json.dumps(err.stats)}", err=True)
-        raise typer.Exit(3) from None
-    except TeacherError as err:
-        typer.echo(f"error: {err}", err=True)
-        raise typer.Exit(1) from None
+    _run(lambda cfg, paths: stages.annotate(cfg, paths, fresh=fresh), params, profile, root)
 
 
 @app.command("train-experience-model")

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -179,15 +179,15 @@ class CollectConfig(_Section):
     world from, no demonstration in them). Validation games get ``episodes``.
     """
 
-    episodes: dict[Literal["expert", "noisy", "random", "explore"], int] = Field(
-        description="episodes per demonstration (and validation) game for each policy"
+    episodes: dict[Literal["expert", "noisy", "random", "explore"], Annotated[int, Field(ge=0)]] = (
+        Field(description="episodes per demonstration (and validation) game for each policy")
     )
     demo_games: int | None = Field(
         None, ge=1, description="train games with demonstrations (None = every train game)"
     )
-    explore_episodes: dict[Literal["expert", "noisy", "random", "explore"], int] = Field(
-        default_factory=dict, description="episodes per other train game for each policy"
-    )
+    explore_episodes: dict[
+        Literal["expert", "noisy", "random", "explore"], Annotated[int, Field(ge=0)]
+    ] = Field(default_factory=dict, description="episodes per other train game for each policy")
     epsilon: float = Field(0.3, ge=0, le=1, description="noisy policy: random-action rate")
     p_invalid: float = Field(
         0.05, ge=0, le=1, description="noisy/random: rate of inadmissible commands"
@@ -204,6 +204,12 @@ class CollectConfig(_Section):
         "the same train/validation tasks and replaces the old ones; the nightly refresh bumps it",
     )
 
+    @model_validator(mode="after")
+    def _some_episodes(self) -> CollectConfig:
+        if not any(self.episodes.values()):
+            raise ValueError("episodes: at least one policy needs a count > 0")
+        return self
+
 
 class IngestConfig(_Section):
     """Validation bounds applied when raw trajectories are ingested."""
@@ -211,6 +217,9 @@ class IngestConfig(_Section):
     max_line_bytes: int = Field(2_000_000, ge=1, description="longer JSONL lines are rejected")
     max_state_chars: int = Field(4000, ge=1, description="upper bound on state text length")
     max_action_chars: int = Field(200, ge=1, description="upper bound on action text length")
+    max_depth: int = Field(
+        32, ge=4, le=100, description="deeper-nested JSON lines are rejected before parsing"
+    )
 
 
 class BufferConfig(_Section):
@@ -297,7 +306,7 @@ class ExperienceConfig(_Section):
         "reward-1 steps (as many as exist); 0 = a plain random subset",
     )
     epochs: float = Field(1.0, gt=0, description="passes over the train examples")
-    max_steps: int = Field(-1, description="optimizer steps (-1 = use epochs)")
+    max_steps: int = Field(-1, ge=-1, description="optimizer steps (-1 = use epochs)")
     max_train_minutes: float | None = Field(
         None, gt=0, description="stop training (and save) after this wall-clock budget"
     )
@@ -416,7 +425,7 @@ class PolicySFTConfig(_Section):
         32, ge=0, description="validation examples for the teacher-forced eval loss"
     )
     epochs: float = Field(1.0, gt=0, description="passes over the examples")
-    max_steps: int = Field(-1, description="optimizer steps (-1 = use epochs)")
+    max_steps: int = Field(-1, ge=-1, description="optimizer steps (-1 = use epochs)")
     max_train_minutes: float | None = Field(
         None, gt=0, description="stop training (and save) after this wall-clock budget"
     )
@@ -439,7 +448,7 @@ class PolicyDPOConfig(_Section):
     beta: float = Field(0.1, gt=0, description="strength of the pull to the SFT reference")
     loss_type: Literal["sigmoid", "ipo", "hinge"] = Field("sigmoid", description="DPO loss")
     epochs: float = Field(1.0, gt=0, description="passes over the pairs")
-    max_steps: int = Field(-1, description="optimizer steps (-1 = use epochs)")
+    max_steps: int = Field(-1, ge=-1, description="optimizer steps (-1 = use epochs)")
     max_train_minutes: float | None = Field(
         None, gt=0, description="stop training (and save) after this wall-clock budget"
     )
@@ -837,45 +846,127 @@ def _deep_merge(base: dict[str, Any], overlay: dict[str, Any]) -> dict[str, Any]
 
 
 def _format_errors(err: ValidationError, source: str) -> str:
-    lines = []
+    # one line: a CLI error is a single line on stderr, each problem naming its key
+    problems = []
     for e in err.errors():
         key = ".".join(str(p) for p in e["loc"]) or "<root>"
         msg = "unknown key" if e["type"] == "extra_forbidden" else e["msg"]
-        lines.append(f"  {key}: {msg}")
-    return f"invalid configuration ({source}):\n" + "\n".join(lines)
+        value = e.get("input")
+        if e["type"] != "extra_forbidden" and isinstance(value, str | int | float | bool):
+            shown = repr(value)
+            msg += f" (got {shown if len(shown) <= 40 else shown[:37] + '...'})"
+        problems.append(f"{key}: {msg}")
+    return f"invalid configuration ({source}): " + "; ".join(problems)
 
 
 def resolve_params(raw: dict[str, Any], profile: str | None = None) -> dict[str, Any]:
     """Merge the active profile's overlay over the defaults; returns plain data."""
     raw = dict(raw)
     profiles = raw.pop("profiles", {}) or {}
+    if not isinstance(profiles, dict):
+        raise ConfigError(
+            f"profiles: must be a mapping of profile name -> overrides, "
+            f"got {type(profiles).__name__}"
+        )
     name = profile or raw.get("profile", "cpu")
-    unknown = sorted(set(profiles) - set(PROFILES))
+    if not isinstance(name, str):
+        raise ConfigError(f"profile: must be one of {list(PROFILES)}, got {name!r}")
+    unknown = sorted(str(p) for p in set(profiles) - set(PROFILES))
     if unknown:
-        raise ConfigError(f"unknown profile(s) in 'profiles': {unknown}; known: {PROFILES}")
+        raise ConfigError(f"profiles: unknown profile(s) {unknown}; known: {list(PROFILES)}")
     if name not in PROFILES:
-        raise ConfigError(f"unknown profile '{name}'; known: {list(PROFILES)}")
+        raise ConfigError(f"profile: unknown profile '{name}'; known: {list(PROFILES)}")
+    for key, overlay in profiles.items():
+        if overlay is not None and not isinstance(overlay, dict):
+            raise ConfigError(
+                f"profiles.{key}: must be a mapping of overrides (section: values), "
+                f"got {type(overlay).__name__}"
+            )
     merged = _deep_merge(raw, profiles.get(name) or {})
     merged["profile"] = name
     return merged
 
 
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """A SafeLoader that rejects a key given twice in one mapping (YAML keeps the last)."""
+
+    def construct_mapping(self, node: Any, deep: bool = False) -> dict[Any, Any]:
+        if isinstance(node, yaml.MappingNode):
+            seen: dict[Any, int] = {}
+            for key_node, _ in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":
+                    continue  # `<<: *defaults` may be overridden by explicit keys
+                key = self.construct_object(key_node, deep=True)
+                try:
+                    first = seen.get(key)
+                except TypeError:
+                    continue  # unhashable: the base class reports it
+                if first is not None:
+                    raise yaml.constructor.ConstructorError(
+                        None,
+                        None,
+                        f"duplicate key {key!r} (first at line {first})",
+                        key_node.start_mark,
+                    )
+                seen[key] = key_node.start_mark.line + 1
+        return super().construct_mapping(node, deep=deep)
+
+
+def _read_params(path: Path) -> dict[str, Any]:
+    """The params file as a mapping; every problem is a one-line ``ConfigError``."""
+    if path.is_dir():
+        raise ConfigError(f"{path} is a folder, not a params file (pass --params path/to/file)")
+    if not path.exists():
+        raise ConfigError(f"{path} not found (run from the project root or pass --params)")
+    try:
+        data = path.read_bytes()
+    except OSError as err:
+        raise ConfigError(f"{path}: cannot read it ({err.strerror or err})") from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        line = data[: err.start].count(b"\n") + 1
+        raise ConfigError(
+            f"{path}:{line}: not UTF-8 text (byte 0x{data[err.start]:02x} at offset "
+            f"{err.start}); save the file as UTF-8"
+        ) from None
+    try:
+        raw = yaml.load(text, Loader=_UniqueKeyLoader) or {}  # a SafeLoader subclass
+    except yaml.MarkedYAMLError as err:
+        mark = err.problem_mark or err.context_mark
+        where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else str(path)
+        problem = " ".join(str(err.problem or err.context or "invalid YAML").split())
+        raise ConfigError(f"{where}: YAML error: {problem}") from None
+    except yaml.YAMLError as err:
+        raise ConfigError(f"{path}: YAML error: {' '.join(str(err).split())}") from None
+    except RecursionError:
+        raise ConfigError(f"{path}: YAML error: nested too deeply") from None
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{path}: top level must be a mapping, got {type(raw).__name__}")
+    return raw
+
+
 def load_config(path: str | Path = PARAMS_FILE, profile: str | None = None) -> Config:
     """Load params.yaml, apply the profile overlay and validate everything."""
     path = Path(path)
-    if not path.exists():
-        raise ConfigError(f"{path} not found (run from the project root or pass --params)")
-    raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-    if not isinstance(raw, dict):
-        raise ConfigError(f"{path}: top level must be a mapping")
-    active = resolve_params(raw, profile)["profile"]
-    # Validate every profile, not only the active one, so a typo in the gpu overlay is
-    # caught on the laptop rather than on the expensive machine.
-    configs = {}
-    for name in PROFILES:
-        merged = resolve_params(raw, name)
-        try:
-            configs[name] = Config.model_validate(merged)
-        except ValidationError as err:
-            raise ConfigError(_format_errors(err, f"{path}, profile '{name}'")) from None
+    raw = _read_params(path)
+    if profile is not None and profile not in PROFILES:  # --profile, not the file's fault
+        raise ConfigError(f"--profile: unknown profile '{profile}'; known: {list(PROFILES)}")
+    try:
+        active = resolve_params(raw, profile)["profile"]
+        # Validate every profile, not only the active one, so a typo in the gpu overlay is
+        # caught on the laptop rather than on the expensive machine.
+        configs = {}
+        for name in PROFILES:
+            merged = resolve_params(raw, name)
+            try:
+                configs[name] = Config.model_validate(merged)
+            except ValidationError as err:
+                raise ConfigError(_format_errors(err, f"{path}, profile '{name}'")) from None
+    except ConfigError as err:
+        # `dvc exp run -S key=value` writes params.yaml before any stage runs and does not
+        # undo it when the stage fails: say how to get the committed file back
+        raise ConfigError(
+            f"{err} (if `dvc exp run -S` wrote this, restore it: git checkout {path})"
+        ) from None
     return configs[active]

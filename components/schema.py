@@ -11,13 +11,20 @@ import hashlib
 import json
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Literal, TypeVar
+from typing import Annotated, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 _M = TypeVar("_M", bound=BaseModel)
 Source = Literal["real", "synthetic"]
 Split = Literal["train", "validation", "test"]
+# Bounded as stored (parquet int64; the buffer keeps step_index and iteration as int32): an
+# out-of-range integer fails validation, not a writer after other outputs were replaced.
+INT32_MAX = 2**31 - 1
+INT64_MAX = 2**63 - 1
+Int64 = Annotated[int, Field(ge=-(2**63), le=INT64_MAX)]
+Count = Annotated[int, Field(ge=0, le=INT64_MAX)]
+Index = Annotated[int, Field(ge=0, le=INT32_MAX)]
 
 
 def stable_id(*parts: object, n: int = 16) -> str:
@@ -36,10 +43,10 @@ class Task(_Record):
     task_id: str = Field(min_length=1)
     env: str = Field(min_length=1)
     family: str = Field(min_length=1, description="task family, e.g. 'quest', 'cooking'")
-    difficulty: int = Field(ge=0)
+    difficulty: Count
     split: Split
     instruction: str = Field(min_length=1, description="the goal shown to the agent")
-    seed: int
+    seed: Int64
     game_file: str | None = Field(default=None, description="path of the real game, if any")
     walkthrough: list[str] | None = None
     generated: bool = Field(default=False, description="written by the task generator")
@@ -50,9 +57,9 @@ class Provenance(_Record):
     """Where a transition came from."""
 
     policy: str = Field(description="collecting policy, e.g. 'expert', 'noisy', 'random'")
-    iteration: int = Field(default=0, ge=0, description="co-evolution iteration (0 = seed)")
+    iteration: Index = Field(default=0, description="co-evolution iteration (0 = seed)")
     checkpoint: str | None = Field(default=None, description="policy checkpoint, if a model")
-    seed: int | None = None
+    seed: Int64 | None = None
 
 
 class Transition(_Record):
@@ -62,7 +69,7 @@ class Transition(_Record):
     task_id: str = Field(min_length=1)
     env: str = Field(min_length=1)
     episode_id: str = Field(min_length=1)
-    step_index: int = Field(ge=0)
+    step_index: Index
     instruction: str = Field(min_length=1)
     state: str
     action: str = Field(min_length=1)

@@ -27,6 +27,8 @@ Semantics
   buffer it saw. Old versions are never pruned here.
 - Failure: a corrupted table or a schema/embedder mismatch raises a ``ReplayBufferError``
   subclass naming the path and the problem; nothing is ever recreated over existing data.
+  The one exception holds no data: a table folder left by a first build killed before its
+  first version (no manifest, no data file) is removed and created again, with a warning.
 
 Concurrency: writers in several processes are serialised by an flock on
 ``<buffer_dir>/transitions.lance.lock`` (local filesystems), and each write starts from
@@ -39,6 +41,7 @@ from __future__ import annotations
 
 import fcntl
 import hashlib
+import logging
 import math
 import shutil
 import time
@@ -76,6 +79,7 @@ _MAX_FRAGMENTS_UNINDEXED = 64
 NPROBES_FRACTION = 0.2
 NPROBES_MIN = 36
 Eviction = Literal["oldest", "reservoir"]
+log = logging.getLogger(__name__)
 
 
 class ReplayBufferError(RuntimeError):
@@ -302,19 +306,16 @@ class ReplayBuffer:
         cfg = cfg or BufferConfig()
         emb = embedder or make_embedder(cfg)
         table_dir = path / f"{TABLE_NAME}.lance"
-        if not table_dir.exists():
+        if interrupted_first_build(table_dir) and not (create and version is None):
+            raise BufferCorruptedError(
+                f"{table_dir} holds no table version: its first build was interrupted; "
+                "rerun `dreamgym build-buffer` to rebuild it"
+            )
+        if not table_dir.exists() or interrupted_first_build(table_dir):
             if not create or version is not None:
                 raise BufferNotFoundError(f"no replay buffer at {table_dir}")
             path.mkdir(parents=True, exist_ok=True)
-            db = lancedb.connect(str(path))
-            try:
-                table = db.create_table(TABLE_NAME, schema=table_schema(emb.dim, emb.name))
-            except ValueError as err:
-                if "already exists" not in str(err):
-                    raise
-                # another writer created it since the check above: use theirs (the schema
-                # and embedder checks below still apply)
-                table = db.open_table(TABLE_NAME)
+            table = _create_table(path, table_dir, table_schema(emb.dim, emb.name))
         else:
             db = lancedb.connect(str(path))
             try:
@@ -1080,6 +1081,38 @@ class ReplayBuffer:
                 ) from err
         self._changed()
         return self.version
+
+
+def interrupted_first_build(table_dir: Path) -> bool:
+    """True for a table folder killed before its first version: no manifest, no data file."""
+    if not table_dir.is_dir():
+        return False
+    manifests = table_dir / "_versions"
+    data = table_dir / "data"
+    # a committed version always leaves a manifest; rows only exist in data/ files. With
+    # neither there is nothing to keep, and every later open would fail on it.
+    return not any(manifests.glob("*.manifest")) and not (data.is_dir() and any(data.iterdir()))
+
+
+def _create_table(path: Path, table_dir: Path, schema: pa.Schema) -> Any:
+    """Create the empty table, or open the one another writer just created."""
+    with (path / LOCK_FILE).open("a") as lock:
+        # the writers' lock: an interrupted first build is removed by one process only, and
+        # never while another one is creating the table
+        fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
+        if interrupted_first_build(table_dir):
+            log.warning(
+                "%s: the first build of this buffer was interrupted before any version was "
+                "written; removing the leftover folder and building it again",
+                table_dir,
+            )
+            shutil.rmtree(table_dir)
+        db = lancedb.connect(str(path))
+        if table_dir.exists():
+            # another writer created it since the check above: use theirs (the schema and
+            # embedder checks of open() still apply)
+            return db.open_table(TABLE_NAME)
+        return db.create_table(TABLE_NAME, schema=schema)
 
 
 def _vectors(column: pa.ChunkedArray | pa.Array, dim: int) -> np.ndarray:

@@ -33,6 +33,7 @@ from components.data.policies import POLICIES, ExpertEnv, behaviour_key, make_po
 from components.envs.base import ADMISSIBLE, VALID, EnvError
 from components.envs.textworld_env import story_file_problem
 from components.envs.textworld_tasks import exit_with_parent
+from components.io import atomic_write_bytes, remove_stale_temps
 from components.schema import Provenance, Task, Trajectory, Transition, stable_id
 
 log = logging.getLogger(__name__)
@@ -214,7 +215,8 @@ class _Existing:
 def _scan(out_dir: Path, planned: dict[str, set[str]], splits: dict[str, str]) -> _Existing:
     """Repair the output files and find which planned episodes are already collected."""
     found = _Existing(done=defaultdict(set), stats=_new_stats())
-    for tmp in out_dir.glob("*.jsonl.tmp"):  # a rewrite below that was interrupted
+    remove_stale_temps(out_dir)  # a rewrite below that was interrupted
+    for tmp in out_dir.glob("*.jsonl.tmp"):  # the same, by a version before unique names
         tmp.unlink()
     for path in sorted(out_dir.glob("*.jsonl")):
         task_id = path.stem
@@ -249,9 +251,7 @@ def _scan(out_dir: Path, planned: dict[str, set[str]], splits: dict[str, str]) -
             keep.append(line + b"\n")
         new = b"".join(keep)
         if new != original:
-            tmp = path.with_name(path.name + ".tmp")
-            tmp.write_bytes(new)
-            os.replace(tmp, path)
+            atomic_write_bytes(path, new)
     return found
 
 

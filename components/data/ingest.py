@@ -1,22 +1,28 @@
 """Ingest raw trajectory JSONL: parse, validate (Great Expectations), quarantine, write.
 
 Every input line ends up in exactly one place: the ingested trajectories, or the
-quarantine with the reasons it failed (undecodable bytes, invalid JSON, wrong structure,
-duplicate episode, failed expectations, schema errors). Counts always add up, a bad line
-never aborts the batch, and quarantined lines keep their original content so they can
-be fixed and re-ingested.
+quarantine with the reasons it failed (too long or too deeply nested, checked before
+parsing; undecodable bytes, invalid JSON, wrong structure, duplicate episode or
+transition id, failed expectations, schema errors in strict mode: no type coercion,
+integers bounded as stored). Counts always add up, a bad line never aborts the batch,
+and quarantined lines keep their original content so they can be fixed and re-ingested.
+A duplicate quarantines only the later line; the first one is kept.
+
+The five outputs are written together (components/io.py): all of them to temporary
+files first, then renamed, so a failure leaves the previous outputs as they were.
 """
 
 from __future__ import annotations
 
 import base64
 import json
-import os
+import re
 from bisect import bisect_right
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from itertools import accumulate
+from json.decoder import scanstring
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +30,7 @@ from pydantic import ValidationError
 
 from components.config import IngestConfig
 from components.data.validation import LINE_EPISODE, LINE_ID, ROW_ID, validate_transitions
+from components.io import InputError, atomic_outputs, remove_stale_temps
 from components.schema import Trajectory
 
 QUARANTINE_FILE = "quarantined.jsonl"
@@ -31,6 +38,7 @@ REPORT_FILE = "report.json"
 TRAJECTORIES_FILE = "trajectories.jsonl"
 TRANSITIONS_FILE = "transitions.parquet"
 VALIDATION_FILE = "validation.json"
+_JSON_TOKEN = re.compile(r'[\[\]{}"]')
 
 
 @dataclass(frozen=True)
@@ -84,6 +92,27 @@ def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not valid JSON: a non-finite number")
 
 
+def _too_deep(text: str, limit: int) -> bool:
+    """True if brackets outside strings nest deeper than ``limit`` (no parsing, no recursion)."""
+    if text.count("[") + text.count("{") <= limit:
+        return False
+    depth, pos = 0, 0
+    while match := _JSON_TOKEN.search(text, pos):
+        char, pos = match.group(), match.end()
+        if char == '"':
+            try:
+                _, pos = scanstring(text, pos)  # C speed, linear: skips the string
+            except ValueError:
+                return False  # an unterminated string: the parser reports it
+        elif char in "[{":
+            depth += 1
+            if depth > limit:
+                return True
+        else:
+            depth -= 1
+    return False
+
+
 def _parse(line: RawLine, cfg: IngestConfig) -> tuple[dict[str, Any] | None, str | None]:
     if len(line.data) > cfg.max_line_bytes:
         return None, f"line too long ({len(line.data)} bytes > {cfg.max_line_bytes})"
@@ -93,6 +122,10 @@ def _parse(line: RawLine, cfg: IngestConfig) -> tuple[dict[str, Any] | None, str
         return None, f"invalid UTF-8 (at byte {err.start})"
     if not text.strip():
         return None, "empty line"
+    # before parsing: deep nesting overflows the recursion of the parser or, worse, of the
+    # validation below (which would lose the whole batch)
+    if _too_deep(text, cfg.max_depth):
+        return None, f"nested too deeply (more than ingest.max_depth={cfg.max_depth} levels)"
     try:
         obj = json.loads(text, parse_constant=_reject_constant)
     except json.JSONDecodeError as err:
@@ -145,12 +178,6 @@ def _raw_payload(data: bytes) -> dict[str, str]:
         return {"raw_base64": base64.b64encode(data).decode("ascii")}
 
 
-def _atomic_write_text(path: Path, text: str) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
-
-
 def _transitions_frame(trajectories: list[Trajectory]) -> Any:
     import pandas as pd
 
@@ -164,15 +191,26 @@ def _transitions_frame(trajectories: list[Trajectory]) -> Any:
     return pd.DataFrame(rows)
 
 
+def check_inputs(raw_files: list[Path]) -> None:
+    """Every input must be a regular file (a folder named ``x.jsonl`` is a user error)."""
+    for path in raw_files:
+        if path.is_dir():
+            raise InputError(f"{path} is a folder, not a JSONL file: move or rename it")
+        if not path.is_file():
+            raise InputError(f"{path} is not a regular file (missing, or a device/socket)")
+
+
 def ingest(
     raw_files: list[Path], out_dir: Path, quarantine_dir: Path, cfg: IngestConfig
 ) -> IngestReport:
     """Validate raw trajectory files; write ingested data and the quarantine."""
-    out_dir.mkdir(parents=True, exist_ok=True)
-    quarantine_dir.mkdir(parents=True, exist_ok=True)
+    check_inputs(raw_files)  # before anything is written: the previous outputs stay
+    for folder in (out_dir, quarantine_dir):
+        remove_stale_temps(folder)  # left by a run that was killed while writing
     quarantined: list[dict[str, Any]] = []
     candidates: list[_Candidate] = []
     seen: dict[str, tuple[RawLine, bytes]] = {}
+    claimed: dict[str, RawLine] = {}  # transition id -> the line that used it first
     n_lines = 0
 
     def reject(line: RawLine, reasons: list[str], episode_id: str | None = None) -> None:
@@ -199,7 +237,22 @@ def ingest(
             kind = "duplicate of" if first_data == line.data else "conflicting duplicate of"
             reject(line, [f"duplicate episode_id: {kind} {where}"], episode_id)
             continue
+        # a transition id used by an earlier line: only this later line is quarantined
+        ids = {s["id"] for s in obj["steps"] if isinstance(s.get("id"), str)}
+        reused = sorted(ids & claimed.keys())
+        if reused:
+            first = claimed[reused[0]]
+            reject(
+                line,
+                [
+                    f"duplicate transition id: {reused[0]!r} already used by "
+                    f"{first.file}:{first.line_no}"
+                ],
+                episode_id,
+            )
+            continue
         seen[episode_id] = (line, line.data)
+        claimed.update(dict.fromkeys(ids, line))
         candidates.append(_Candidate(line, obj))
 
     validation: dict[str, Any] = {"success": True, "n_rows": 0}
@@ -216,7 +269,8 @@ def ingest(
     for cand in candidates:
         if not cand.reasons:
             try:
-                ingested.append(Trajectory.model_validate(cand.obj))
+                # strict: "true" is not a bool and "3" is not an int (no silent coercion)
+                ingested.append(Trajectory.model_validate(cand.obj, strict=True))
                 continue
             except ValidationError as err:
                 cand.reasons.extend(
@@ -236,18 +290,18 @@ def ingest(
         reasons=dict(sorted(reasons.items())),
         validation=validation,
     )
-    _atomic_write_text(
-        out_dir / TRAJECTORIES_FILE, "".join(t.model_dump_json() + "\n" for t in ingested)
-    )
     frame = _transitions_frame(ingested)
-    tmp = out_dir / (TRANSITIONS_FILE + ".tmp")
-    frame.to_parquet(tmp, index=False)
-    os.replace(tmp, out_dir / TRANSITIONS_FILE)
-    _atomic_write_text(out_dir / VALIDATION_FILE, json.dumps(validation, indent=2) + "\n")
-    _atomic_write_text(
-        quarantine_dir / QUARANTINE_FILE, "".join(json.dumps(q) + "\n" for q in quarantined)
-    )
-    _atomic_write_text(quarantine_dir / REPORT_FILE, json.dumps(report.as_dict(), indent=2) + "\n")
+    # all five files are written first and renamed only when every one succeeded
+    with atomic_outputs() as temp:
+        text = "".join(t.model_dump_json() + "\n" for t in ingested)
+        temp(out_dir / TRAJECTORIES_FILE).write_text(text, encoding="utf-8")
+        frame.to_parquet(temp(out_dir / TRANSITIONS_FILE), index=False)
+        text = json.dumps(validation, indent=2) + "\n"
+        temp(out_dir / VALIDATION_FILE).write_text(text, encoding="utf-8")
+        text = "".join(json.dumps(q) + "\n" for q in quarantined)
+        temp(quarantine_dir / QUARANTINE_FILE).write_text(text, encoding="utf-8")
+        text = json.dumps(report.as_dict(), indent=2) + "\n"
+        temp(quarantine_dir / REPORT_FILE).write_text(text, encoding="utf-8")
     return report
 
 

@@ -7,6 +7,7 @@ import random
 from typing import Any
 
 from components.config import Config, Paths
+from components.io import output_lock
 from components.stages.common import numbers, write_json
 from components.stages.data import load_tasks
 
@@ -25,7 +26,10 @@ def build_buffer(cfg: Config, paths: Paths) -> dict[str, Any]:
         raise FileNotFoundError(f"{source} missing: run `dreamgym ingest` first")
     family = {t.task_id: t.family for t in load_tasks(paths)}
     data = {"transitions": source}
-    with stage_run("build_buffer", "buffer", cfg, ("buffer",), paths.root, data) as run:
+    with (
+        output_lock(paths.buffer, command="build-buffer"),
+        stage_run("build_buffer", "buffer", cfg, ("buffer",), paths.root, data) as run,
+    ):
         stats = build_buffer(cfg, source, paths.buffer)
         buf = ReplayBuffer.open(paths.buffer, cfg.buffer, create=False)
         held_out = load_transitions(source, splits=("validation",))

@@ -6,11 +6,12 @@ import json
 from pathlib import Path
 from typing import Any
 
+from components.io import atomic_write_text
+
 
 def write_json(path: Path, data: Any) -> None:
-    """Write a metrics/report JSON file (sorted keys, trailing newline)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    """Write a metrics/report JSON file atomically (sorted keys, trailing newline)."""
+    atomic_write_text(path, json.dumps(data, indent=2, sort_keys=True) + "\n")
 
 
 def numbers(stats: dict[str, Any]) -> dict[str, Any]:

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from components.config import Config, Paths
+from components.io import output_lock
 from components.schema import Task, Trajectory, read_jsonl
 from components.stages.common import numbers, write_json
 
@@ -61,7 +62,11 @@ def collect(cfg: Config, paths: Paths) -> dict[str, Any]:
 
     tasks = load_tasks(paths)
     sections = ("env", "collect")
-    with stage_run("collect", "data", cfg, sections, paths.root, {"tasks": paths.tasks}) as run:
+    # a second collect on the same data/raw would play and append every episode again
+    with (
+        output_lock(paths.raw, command="collect"),
+        stage_run("collect", "data", cfg, sections, paths.root, {"tasks": paths.tasks}) as run,
+    ):
         summary = collect_trajectories(cfg, tasks, paths.raw, paths.root)
         run.log_metrics(summary)
     log.info(
@@ -74,15 +79,19 @@ def collect(cfg: Config, paths: Paths) -> dict[str, Any]:
 
 def ingest(cfg: Config, paths: Paths) -> dict[str, Any]:
     """Stage ingest: validate raw trajectories with GX, quarantine bad rows, write metrics."""
-    from components.data.ingest import REPORT_FILE, VALIDATION_FILE
+    from components.data.ingest import REPORT_FILE, VALIDATION_FILE, check_inputs
     from components.data.ingest import ingest as ingest_files
     from components.tracking import stage_run
 
     raw_files = sorted(paths.raw.rglob("*.jsonl"))
     if not raw_files:
         raise FileNotFoundError(f"no *.jsonl under {paths.raw}: run `dreamgym collect` first")
+    check_inputs(raw_files)  # a folder named x.jsonl: fail before any run is recorded
     data = {"raw": paths.raw, "tasks": paths.tasks}
-    with stage_run("ingest", "data", cfg, ("ingest",), paths.root, data) as run:
+    with (
+        output_lock(paths.ingested, paths.quarantine, command="ingest"),
+        stage_run("ingest", "data", cfg, ("ingest",), paths.root, data) as run,
+    ):
         report = ingest_files(raw_files, paths.ingested, paths.quarantine, cfg.ingest)
         metrics = data_metrics(load_tasks(paths), paths.trajectories_file, report.n_quarantined)
         write_json(paths.metrics / DATA_METRICS, metrics)
@@ -125,14 +134,19 @@ def data_metrics(tasks: list[Task], trajectories_file: Path, n_quarantined: int)
 
 def annotate(cfg: Config, paths: Paths, fresh: bool = False) -> dict[str, Any]:
     """Stage annotate: a teacher reasoning trace for every ingested real transition."""
+    from components.teacher.annotate import teacher_identity
+
+    # held for the whole stage: two annotate runs would both append the same ids
+    with output_lock(paths.annotations_file.parent, command="annotate"):
+        return _annotate(cfg, paths, fresh, teacher_identity(cfg.teacher))
+
+
+def _annotate(cfg: Config, paths: Paths, fresh: bool, wanted: tuple[str, str]) -> dict[str, Any]:
     from components.teacher.annotate import annotate as annotate_transitions
     from components.teacher.annotate import failures_path_for, iter_annotations
     from components.tracking import stage_run
 
     out = paths.annotations_file
-    from components.teacher.annotate import teacher_identity
-
-    wanted = teacher_identity(cfg.teacher)
     producers = {(str(r.get("backend")), str(r.get("model"))) for r in iter_annotations(out)}
     if producers and producers != {wanted} and not fresh:
         # resuming is for the same teacher; a new teacher starts over rather than mixing

@@ -164,6 +164,10 @@ def build_corpus(n_valid: int = 12, n_fuzz: int = 0, seed: int = 0) -> list[Corp
     add("json_infinity", whole.replace(b'"reward": 0', b'"reward": -Infinity', 1), QUARANTINE)
     add("json_huge_int", whole.replace(b'"reward": 0', b'"reward": ' + b"9" * 5000, 1), QUARANTINE)
     add("json_deep_nesting", b"[" * 20_000 + b"]" * 20_000, QUARANTINE, "nested too deeply")
+    # F1: deep enough to pass the parser but not the validation's pickling (the batch was lost)
+    deep = _obj(ids.traj())
+    deep["steps"][0]["state"] = json.loads("[" * 700 + "]" * 700)
+    add("json_nested_700", _dump(deep), QUARANTINE, "nested too deeply", deep["episode_id"])
     add("bom", b"\xef\xbb\xbf" + whole, QUARANTINE, "invalid JSON")
     add("bad_utf8", whole.replace(b"Room 1", b"Room \xff\xfe", 1), QUARANTINE, "invalid UTF-8")
     add("overlong_utf8", whole.replace(b"Room 1", b"Room \xc0\xaf", 1), QUARANTINE, "UTF-8")
@@ -231,9 +235,6 @@ def build_corpus(n_valid: int = 12, n_fuzz: int = 0, seed: int = 0) -> list[Corp
     reversed_obj = _obj(t)
     reversed_obj["steps"].reverse()
     add("steps_reversed", _dump(reversed_obj), QUARANTINE, "step_index=position", t.episode_id)
-    # a transition id shared by two episodes: both are quarantined, neither wins silently
-    for case in ("shared_id_a", "shared_id_b"):
-        bad_step(case, "be_unique(id)", {(0, "id"): "shared-transition-id"})
 
     # -- schema (pydantic, after the suite) -----------------------------------------------
     bad_step("extra_step_key", "schema: steps.0.colour", {(0, "colour"): "red"})
@@ -252,6 +253,12 @@ def build_corpus(n_valid: int = 12, n_fuzz: int = 0, seed: int = 0) -> list[Corp
     changed = _obj(t)
     changed["steps"][0]["state"] += " (edited)"
     add("dup_conflicting", _dump(changed), QUARANTINE, "conflicting duplicate", t.episode_id)
+    # a transition id reused by another episode (F3): the first line keeps it, only the
+    # later one is quarantined
+    data, eid = _step_edit(ids, {(0, "id"): "shared-transition-id"})
+    add("shared_id_first", data, INGEST, eid=eid)
+    data, eid = _step_edit(ids, {(0, "id"): "shared-transition-id"})
+    add("shared_id_later", data, QUARANTINE, "duplicate transition id", eid)
     return out
 
 

@@ -1,0 +1,172 @@
+"""Atomic outputs and per-output locks, shared by every stage that writes files.
+
+Atomic: an output is written to a unique temporary file in its own folder (same
+filesystem, so the rename is atomic), flushed to disk, then renamed over the old one. A
+crash, a full disk or a permission error leaves the previous output intact and removes
+the temporary file. ``atomic_outputs`` does this for several files of one stage: every
+file is written first, and only when all of them succeeded are they renamed in turn.
+
+Locks: ``output_lock`` holds an OS file lock (``filelock``, released by the kernel when
+the process dies, so a lock is never stale) beside each output for the whole run; a
+second run on the same outputs fails at once with ``OutputBusyError``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+TMP_SUFFIX = ".tmp"
+
+
+class OutputBusyError(RuntimeError):
+    """Another run holds the lock of an output this run would write."""
+
+
+class InputError(ValueError):
+    """An input path cannot be used as given (e.g. a folder where a file is expected)."""
+
+
+class OutputWriteError(OSError):
+    """Writing an output failed (disk full, permission denied, read-only...); names the output."""
+
+
+def temp_path_for(path: Path) -> Path:
+    """A fresh hidden name beside ``path``: ``.<name>.<pid>.<random>.tmp`` (never shared)."""
+    return path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:12]}{TMP_SUFFIX}")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # exists, another user's
+    return True
+
+
+def remove_stale_temps(folder: Path) -> int:
+    """Delete the temporary files of writers that died in ``folder``; returns how many."""
+    n = 0
+    if folder.is_dir():
+        for tmp in folder.glob(f".*{TMP_SUFFIX}"):
+            parts = tmp.name.rsplit(".", 3)  # [".<name>", "<pid>", "<random>", "tmp"]
+            if len(parts) != 4 or not parts[1].isdigit() or not tmp.is_file():
+                continue  # not one of ours
+            if int(parts[1]) != os.getpid() and _alive(int(parts[1])):
+                continue  # a live writer's (another run without the lock)
+            tmp.unlink(missing_ok=True)
+            n += 1
+    return n
+
+
+def _fsync_path(path: Path, directory: bool = False) -> None:
+    fd = os.open(path, os.O_RDONLY | (os.O_DIRECTORY if directory else 0))
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _named(err: OSError, path: Path) -> OSError:
+    """The same error, naming the final output instead of its temporary file."""
+    code = err.errno
+    if code is None:  # pyarrow puts the errno in its message only
+        found = re.search(r"errno (\d+)", str(err), re.IGNORECASE)
+        code = int(found.group(1)) if found else None
+    if code is None:
+        detail = str(err).splitlines()[0] if str(err) else repr(err)
+        return OutputWriteError(f"cannot write {path}: {detail}")
+    return OutputWriteError(code, os.strerror(code), str(path))
+
+
+@contextmanager
+def atomic_outputs() -> Iterator[Callable[[Path], Path]]:
+    """Yield ``temp(final) -> tmp path``; on success every tmp replaces its final path."""
+    staged: list[tuple[Path, Path]] = []
+
+    def temp(final: Path) -> Path:
+        final = Path(final)
+        final.parent.mkdir(parents=True, exist_ok=True)
+        tmp = temp_path_for(final)
+        staged.append((tmp, final))
+        # created here (O_EXCL, umask-respecting mode) so every writer just overwrites it
+        os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
+        return tmp
+
+    current: Path | None = None
+    try:
+        yield temp
+        for tmp, final in staged:
+            current = final
+            _fsync_path(tmp)
+        for tmp, final in staged:
+            current = final
+            os.replace(tmp, final)
+        for folder in {final.parent for _, final in staged}:
+            _fsync_path(folder, directory=True)
+    except OSError as err:
+        temps = {str(tmp): final for tmp, final in staged}
+        if err.filename is not None and str(err.filename) in temps:
+            current = temps[str(err.filename)]
+        elif err.filename is None and current is None and staged:
+            current = staged[-1][1]  # a writer that does not say which file: the last opened
+        if current is None:
+            raise  # an error about another path (e.g. an input): it names that path itself
+        raise _named(err, current) from err
+    finally:
+        for tmp, _ in staged:
+            tmp.unlink(missing_ok=True)
+
+
+@contextmanager
+def atomic_path(path: Path) -> Iterator[Path]:
+    """A temporary path to write ``path``'s new content to; renamed over it on success."""
+    with atomic_outputs() as temp:
+        yield temp(path)
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """Replace ``path`` with ``data`` atomically."""
+    with atomic_path(path) as tmp:
+        tmp.write_bytes(data)
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    """Replace ``path`` with UTF-8 ``text`` atomically."""
+    atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def lock_path_for(output: Path) -> Path:
+    """The lock file of an output: hidden, beside it (never inside a DVC output folder)."""
+    return output.parent / f".{output.name}.lock"
+
+
+@contextmanager
+def output_lock(*outputs: Path, command: str) -> Iterator[None]:
+    """Hold the lock of every output for the block; ``OutputBusyError`` if another run has one."""
+    from filelock import FileLock, Timeout
+
+    held: list[FileLock] = []
+    try:
+        # one order for every process: two runs locking overlapping outputs cannot deadlock
+        for output in sorted({Path(o).absolute() for o in outputs}):
+            output.parent.mkdir(parents=True, exist_ok=True)
+            lock = FileLock(lock_path_for(output), timeout=0)
+            try:
+                lock.acquire()
+            except Timeout:
+                raise OutputBusyError(
+                    f"{output} is being written by another run (`dreamgym {command}`?): wait "
+                    f"for it to finish, then rerun (lock file {lock_path_for(output)})"
+                ) from None
+            held.append(lock)
+        yield
+    finally:
+        for lock in reversed(held):
+            lock.release()
