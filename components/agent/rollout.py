@@ -314,10 +314,12 @@ class RolloutBatch:
         eps = self.episodes
         turns = [t for e in eps for t in e.turns]
         n, n_turns = max(1, len(eps)), max(1, len(turns))
+        mean = sum(e.reward for e in eps) / n
         return {
             "episodes": float(len(eps)),
             "success_rate": sum(e.success for e in eps) / n,
-            "mean_reward": sum(e.reward for e in eps) / n,
+            "mean_reward": mean,
+            "reward_std": (sum((e.reward - mean) ** 2 for e in eps) / n) ** 0.5,
             "mean_turns": len(turns) / n,
             "malformed_rate": sum(t.act.malformed for t in turns) / n_turns,
             "invalid_rate": sum(not t.valid for t in turns) / n_turns,

@@ -211,6 +211,16 @@ def train_rl(
                 "update_seconds": time.perf_counter() - t0,
             }
             history.append(metrics)
+            log.info(
+                "round %d/%d: success %.3f, reward std %.3f, %d updates, kl %.4f, %d real steps",
+                iteration,
+                cfg.iterations,
+                metrics["success_rate"],
+                metrics["reward_std"],
+                int(stats.get("optimizer_steps", 0)),
+                float(stats.get("kl", stats["policy_kl"])),
+                real_steps,
+            )
             if snapshots:  # before the checkpoint: a resumed run has every snapshot it needs
                 save_snapshot(policy, out_dir, iteration)
             if log_fn is not None:

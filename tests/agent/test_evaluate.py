@@ -8,7 +8,13 @@ from pathlib import Path
 import pytest
 
 from components.agent.evaluate import EpisodeRecord, EvalResult, held_out_tasks
-from components.agent.table1 import FIELDS, METHODS, build_table, markdown
+from components.agent.table1 import (
+    METHODS,
+    build_table,
+    cluster_bootstrap,
+    markdown,
+    paired_difference,
+)
 from components.evaluation.fidelity import wilson_interval
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -38,51 +44,6 @@ def test_summary_pools_seeds_with_a_wilson_interval():
 def test_held_out_tasks_are_the_test_split(agent_tw_suite):
     tasks = held_out_tasks(agent_tw_suite.tasks)
     assert tasks and {t.split for t in tasks} == {"test"}
-
-
-def _evaluation(method: str, success: float = 0.5, env: str = "textworld", **extra):
-    low, high = wilson_interval(round(success * 8), 8)
-    return {
-        "env": env,
-        "method": method,
-        "success": success,
-        "ci_low": low,
-        "ci_high": high,
-        "episodes": 8,
-        "seeds": 1,
-        "eval_real_steps": 100,
-        **extra,
-    }
-
-
-def test_table1_marks_methods_not_evaluated_and_keeps_the_fields():
-    table = build_table(
-        [
-            _evaluation("sft", 0.25, real_steps=0),
-            _evaluation("grpo_real", 0.5, real_steps=4000),
-            _evaluation("dpo", 0.375),  # its training did not record real steps
-            _evaluation("expert", 1.0),  # not a Table-1 method: left out
-        ]
-    )
-    rows = table["textworld"]
-    assert list(rows) == list(METHODS)
-    assert rows["sft"] == {k: _evaluation("sft", 0.25, real_steps=0)[k] for k in FIELDS}
-    assert rows["grpo_real"]["real_steps"] == 4000 and rows["dpo"]["real_steps"] is None
-    assert [m for m, r in rows.items() if r is None] == [
-        "ppo_real",
-        "dreamgym_grpo",
-        "dreamgym_ppo",
-        "s2r_grpo",
-        "s2r_ppo",
-    ]
-    text = markdown(table)
-    assert "| SFT | 25.0 (" in text and "| 8 | 1 | 0 |" in text
-    assert "| DreamGym GRPO | not evaluated |" in text and "4,000" in text
-    with pytest.raises(ValueError, match="two evaluations"):
-        build_table([_evaluation("sft"), _evaluation("sft")])
-    with pytest.raises(ValueError, match="lacks"):
-        build_table([{"env": "textworld", "method": "sft", "success": 0.5}])
-    assert build_table([]) == {} and "No policy" in markdown({})
 
 
 @pytest.mark.integration
@@ -119,9 +80,62 @@ def test_untrained_policy_uses_exactly_max_steps_per_episode(agent_tw_suite):
     assert sampled.seeds == (0, 1) and sampled.summary()["eval_real_steps"] == 2 * max_steps
 
 
+def _rows(method_success: dict[str, list[int]], mode: str = "sampled", seed: int = 0):
+    """Episode rows of one mode: task t<i> succeeded or not."""
+    return [
+        {"task_id": f"t{i}", "seed": seed, "mode": mode, "success": s}
+        for i, s in enumerate(method_success)
+    ]
+
+
+def test_cluster_bootstrap_keeps_a_tasks_seeds_together_and_brackets_the_mean():
+    values = {f"t{i}": [1.0, 1.0] if i < 6 else [0.0, 0.0] for i in range(10)}
+    lo, hi = cluster_bootstrap(values)
+    assert lo < 0.6 < hi and lo >= 0 and hi <= 1
+    assert cluster_bootstrap({"t": [1.0, 1.0]}) == (1.0, 1.0)
+    assert cluster_bootstrap({}) == (0.0, 1.0)  # nothing measured: the widest interval
+
+
+def test_paired_difference_subtracts_the_same_task_and_seed():
+    method = _rows([1, 1, 1, 0]) + _rows([1, 1, 0, 0], seed=1)
+    base = _rows([0, 1, 0, 0]) + _rows([0, 1, 0, 0], seed=1)
+    diff = paired_difference(method, base)
+    assert diff["pairs"] == 8 and diff["diff"] == pytest.approx(3 / 8)
+    assert diff["ci_low"] <= diff["diff"] <= diff["ci_high"]
+    assert paired_difference(method, _rows([1], mode="greedy")) is None  # nothing shared
+
+
+def test_table1_has_every_method_random_first_and_never_fills_in():
+    episodes = {
+        "random": _rows([0, 1, 0, 0]),
+        "sft": _rows([1, 1, 0, 1]) + _rows([1, 1, 1, 1], mode="greedy"),
+        "grpo_real": _rows([1, 1, 1, 1]),
+        "expert": _rows([1, 1, 1, 1]),  # not a Table-1 method: left out
+    }
+    table = build_table("textworld", episodes, {"sft": 0, "grpo_real": 4000})
+    rows = table["textworld"]
+    assert list(rows) == list(METHODS) and METHODS[0] == "random"
+    assert rows["sft"]["success"] == 0.75 and rows["sft"]["greedy"]["success"] == 1.0
+    assert rows["sft"]["vs_random"]["diff"] == 0.5 and "vs_sft" not in rows["sft"]
+    assert rows["grpo_real"]["vs_sft"]["diff"] == 0.25 and rows["grpo_real"]["real_steps"] == 4000
+    assert rows["random"]["real_steps"] is None  # not given: never invented
+    assert [m for m, r in rows.items() if r is None] == [
+        "dpo",
+        "ppo_real",
+        "dreamgym_grpo",
+        "dreamgym_ppo",
+        "s2r_grpo",
+        "s2r_ppo",
+    ]
+    text = markdown(table)
+    assert "| Random (admissible) | 25.0 (" in text and "| SFT | 75.0 (" in text
+    assert "| DreamGym GRPO | not evaluated |" in text and "4,000" in text
+    assert markdown({}).startswith("No policy")
+
+
 @pytest.mark.integration
 def test_stages_train_evaluate_and_tabulate_the_baselines(agent_tw_suite, tmp_path):
-    """SFT -> DPO -> held-out evaluation -> Table 1 on real TextWorld data, tiny models."""
+    """SFT -> DPO -> held-out evaluation (random beside them) -> Table 1, real TextWorld."""
     import shutil
 
     import mlflow
@@ -133,6 +147,7 @@ def test_stages_train_evaluate_and_tabulate_the_baselines(agent_tw_suite, tmp_pa
     from components.stages.agent import (
         REGISTERED_MODEL,
         build_table1,
+        episodes_file,
         evaluate_policy,
         policy_dir,
         train_dpo_baseline,
@@ -151,30 +166,33 @@ def test_stages_train_evaluate_and_tabulate_the_baselines(agent_tw_suite, tmp_pa
     write_jsonl(paths.trajectories_file, trajectories)
 
     sft = train_sft_baseline(cfg, paths)
-    assert sft["train_steps"] == cfg.agent.sft.max_steps and sft["real_steps"] == 0
-    assert (policy_dir(paths, "sft") / "policy_settings.json").exists()
+    assert sft["real_steps"] == 0 and sft["data_steps"] > 0
+    assert (policy_dir(paths, "sft") / "seed-0" / "policy.json").exists()
     dpo = train_dpo_baseline(cfg, paths)
-    assert dpo["train_steps"] == cfg.agent.dpo.max_steps and dpo["data_pairs"] > 0
+    assert dpo["real_steps"] == 0
 
     n_test = len(held_out_tasks(suite.tasks))
-    for method in ("sft", "dpo"):
+    for method in ("random", "sft", "dpo"):
         summary = evaluate_policy(cfg, paths, method)
-        assert summary["episodes"] == n_test and summary["split"] == "test"
-        assert summary["real_steps"] == 0
-        assert 0 < summary["eval_real_steps"] <= n_test * cfg.env.max_steps
-        saved = json.loads((paths.metrics / "eval" / f"{method}.json").read_text())
-        assert saved["eval_real_steps"] == summary["eval_real_steps"]
+        assert summary["split"] == "test" and summary["headline"] == "sampled"
+        assert summary["episodes"] == n_test * len(cfg.agent.seeds)
+        assert 0 < summary["eval_real_steps"] <= 2 * n_test * cfg.env.max_steps
+        rows = [json.loads(line) for line in episodes_file(paths, method).read_text().splitlines()]
+        assert {r["mode"] for r in rows} == (
+            {"sampled"} if method == "random" else {"sampled", "greedy"}
+        )
+        assert {r["task_id"] for r in rows} == {t.task_id for t in held_out_tasks(suite.tasks)}
 
     table = build_table1(cfg, paths)["table"]
     on_disk = json.loads((paths.metrics / "table1.json").read_text())
-    assert on_disk == table and set(on_disk) == {"textworld"}
-    assert on_disk["textworld"]["sft"]["episodes"] == n_test
-    assert on_disk["textworld"]["grpo_real"] is None
-    assert "| DPO |" in (paths.metrics / "table1.md").read_text()
+    assert on_disk == table and on_disk["_provenance"]["profile"] == "ci"
+    rows = on_disk["textworld"]
+    assert rows["random"]["episodes"] == rows["sft"]["episodes"] == n_test
+    assert "vs_random" in rows["sft"] and rows["grpo_real"] is None
+    assert "| Random (admissible) |" in (paths.metrics / "table1.md").read_text()
 
     client = mlflow.MlflowClient()
     sft_version = client.get_model_version_by_alias(REGISTERED_MODEL, "sft")
     dpo_version = client.get_model_version_by_alias(REGISTERED_MODEL, "dpo")
-    candidate = client.get_model_version_by_alias(REGISTERED_MODEL, "candidate")
-    assert candidate.version == dpo_version.version != sft_version.version
+    assert dpo_version.version != sft_version.version
     assert sft_version.tags["eval.episodes"] == str(n_test)

@@ -83,9 +83,13 @@ def test_offline_observations_use_recent_action_feedback_pairs(box_trajectories)
     traj = box_trajectories[0]
     settings = PolicySettings(history_len=1)
     obs = observation_at(traj, 2, settings)
-    assert obs.history == (("take key", "You take the key."),)
+    # the observation keeps the whole episode; the prompt shows the last history_len steps
+    assert [a for a, _ in obs.history] == ["go east", "take key"]
+    assert obs.initial_state == traj.initial_state
     assert obs.state == traj.steps[2].state and obs.admissible == ("go west", "look", "open chest")
-    assert history_of(traj.steps[:2], 0) == ()
+    user = render_prompt(obs, settings)[1]["content"]
+    assert "- take key -> You take the key." in user and "go east ->" not in user
+    assert history_of(traj.steps[:0]) == ()
     assert feedback_of("no feedback line") == "no feedback line"
 
 
@@ -106,7 +110,7 @@ def test_live_episode_sees_exactly_the_offline_prompts(agent_tw_suite):
         episode = start_episode(task, 0, env)
         record = None
         for i, step in enumerate(traj.steps):
-            live = episode.observation(settings.history_len)
+            live = episode.seen
             assert render_prompt(live, settings) == render_prompt(
                 observation_at(traj, i, settings), settings
             )

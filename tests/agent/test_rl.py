@@ -9,7 +9,7 @@ import pytest
 
 from components.agent.grpo import GRPOConfig, group_advantages
 from components.agent.policy import PolicySettings, render_answer
-from components.agent.policy_model import MALFORMED_ACTION, PolicyModel
+from components.agent.policy_model import MALFORMED_ACTION, ActResult, PolicyModel
 from components.agent.ppo import PPOConfig, gae, normalize
 from components.agent.rl import clipped_token_loss, flatten
 from components.agent.rollout import EnvList, collect_rollouts
@@ -154,7 +154,7 @@ def test_observation_tokens_are_never_scored(magic_policy: PolicyModel) -> None:
             assert ("Nothing happens." in prompt) == (i > 0)  # env feedback lives in prompts
             assert "Nothing happens." not in completion and "Current state" not in completion
     scores = magic_policy.sequence_logprobs(
-        [r.prompt_ids for r in rows], [r.completion_ids for r in rows]
+        [r.act.prompt_ids for r in rows], [r.completion_ids for r in rows]
     )
     lengths = [len(r.completion_ids) for r in rows]
     # one scored position per completion token, nothing for prompt (observation) tokens
@@ -162,10 +162,10 @@ def test_observation_tokens_are_never_scored(magic_policy: PolicyModel) -> None:
     assert scores.mask.sum(-1).tolist() == [float(n) for n in lengths]
     # the scored values are the completion positions of a plain full-sequence forward
     r = rows[-1]
-    ids = torch.tensor([list(r.prompt_ids) + list(r.completion_ids)])
+    ids = torch.tensor([list(r.act.prompt_ids) + list(r.completion_ids)])
     with torch.no_grad():
         full = torch.log_softmax(magic_policy.model(input_ids=ids).logits[0, :-1].float(), -1)
-    n_p = len(r.prompt_ids)
+    n_p = len(r.act.prompt_ids)
     expected = full[n_p - 1 :].gather(-1, ids[0, n_p:].unsqueeze(-1)).squeeze(-1)
     got = scores.logprobs[-1, : len(r.completion_ids)]
     assert torch.allclose(got.detach(), expected, atol=1e-4)
@@ -389,7 +389,8 @@ def test_lora_policy_trains_adapters_only_and_saves_merged(
     assert ref.copy is None
     prompt = magic_policy.prompt_ids([first_observation()])[0]
     answer = magic_policy.tokenizer(render_answer(TARGET, None), add_special_tokens=False)
-    ref_lp = sum(ref.logprobs([prompt], [answer["input_ids"]], 1.0)[0])
+    act = ActResult(TARGET, "", None, None, tuple(prompt), tuple(answer["input_ids"]), ())
+    ref_lp = sum(ref.logprobs([act], 1.0)[0])
     assert ref_lp == pytest.approx(base_lp, abs=1e-4)
     trained_lp = target_logprob(magic_policy)
     assert trained_lp != pytest.approx(base_lp, abs=1e-3)

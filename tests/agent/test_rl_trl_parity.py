@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from components.agent.grpo import GRPOConfig
-from components.agent.policy_model import PolicyModel
+from components.agent.policy_model import ActResult, PolicyModel
 from components.agent.rl import TurnRow, turn_loss
 from tests.agent.rl_env import first_observation
 
@@ -58,9 +58,9 @@ def test_grpo_loss_and_gradients_match_trl(
     rows = [
         TurnRow(
             episode=i,
-            prompt_ids=tuple(prompt),
-            completion_ids=tuple(c),
-            old_logprobs=tuple(old[i, : len(c)].tolist()),
+            act=ActResult(
+                "", "", None, None, tuple(prompt), tuple(c), tuple(old[i, : len(c)].tolist())
+            ),
             advantage=ADVANTAGES[i],
             ref_logprobs=tuple(ref[i, : len(c)].tolist()),
         )
