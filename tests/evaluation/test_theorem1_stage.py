@@ -23,7 +23,13 @@ HISTORY = [  # rounds 0, 1, 2: success of the round's synthetic episodes, the up
 
 def _in_round(traj: Trajectory, k: int) -> Trajectory:
     steps = [
-        s.model_copy(update={"provenance": s.provenance.model_copy(update={"iteration": k})})
+        s.model_copy(
+            update={
+                "provenance": s.provenance.model_copy(
+                    update={"iteration": k, "checkpoint": f"seed-0/round-{k}"}
+                )
+            }
+        )
         for s in traj.steps
     ]
     return traj.model_copy(update={"steps": steps})
@@ -50,7 +56,7 @@ def project(tw_games, tmp_path):
     history = paths.metrics / "history" / "dreamgym_grpo.jsonl"
     history.parent.mkdir(parents=True)
     history.write_text("".join(json.dumps(r) + "\n" for r in HISTORY))
-    (root / "models" / "snapshots" / "dreamgym_grpo").mkdir(parents=True)
+    (root / "models" / "snapshots" / "dreamgym_grpo" / "seed-0").mkdir(parents=True)
     cfg = suite_config().model_copy(update={"theorem1": Theorem1Config(algos=["grpo"])})
     return cfg, paths, faithful.n_steps
 

@@ -1,4 +1,5 @@
-"""The two stages end to end on a tiny model: trained, saved, registered, measured."""
+"""The two stages end to end on a tiny LM experience model: trained, saved, registered,
+measured (the grounded model of the cpu profile: tests/experience/test_grounded.py)."""
 
 from __future__ import annotations
 
@@ -29,8 +30,17 @@ def test_train_then_evaluate_fidelity(tmp_path, trajectories, reasoning):
     cfg = cfg.model_copy(
         update={
             "ablation": AblationConfig(no_replay=True),  # no buffer needed
+            # the LM experience model (the gpu profile's kind), from scratch and tiny
             "experience": cfg.experience.model_copy(
-                update={"eval_examples": 4, "task_gen_examples": 0}
+                update={
+                    "model": "tiny",
+                    "tiny_preset": "nano",
+                    "vocab_size": 512,
+                    "max_train_examples": 64,
+                    "max_steps": 10,
+                    "eval_examples": 4,
+                    "task_gen_examples": 0,
+                }
             ),
         }
     )
