@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import re
+from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
@@ -99,6 +100,56 @@ def story_file_problem(path: Path) -> str | None:
     return None
 
 
+class EnginePool:
+    """Loaded TextWorld games shared by the envs of one factory, kept for reuse.
+
+    Starting a game (parsing its .json knowledge base, loading the story file) costs ~3x
+    a reset; RL rounds and evaluation restart the same games again and again, on whichever
+    env slot is free. An env gives its engine back here when it switches games or closes,
+    and takes an idle one of its next game if there is one. At most ``max_idle`` idle
+    engines (~2 MB each) are kept; the least recently returned are closed first.
+    """
+
+    def __init__(self, max_idle: int = 256) -> None:
+        self.max_idle = max_idle
+        self._idle: OrderedDict[tuple[str, bool, str], list[Any]] = OrderedDict()
+        self.hits = self.misses = 0
+
+    def take(self, key: tuple[str, bool, str]) -> Any | None:
+        """An idle engine of ``key`` (game path, expert, state format), or None."""
+        engines = self._idle.get(key)
+        if not engines:
+            self.misses += 1
+            return None
+        self.hits += 1
+        tw = engines.pop()
+        if not engines:
+            del self._idle[key]
+        return tw
+
+    def give(self, key: tuple[str, bool, str], tw: Any) -> None:
+        """Keep ``tw`` for reuse (closing the oldest idle engines beyond ``max_idle``)."""
+        self._idle.setdefault(key, []).append(tw)
+        self._idle.move_to_end(key)
+        while sum(len(v) for v in self._idle.values()) > self.max_idle:
+            oldest = next(iter(self._idle))
+            _close(self._idle[oldest].pop(0))
+            if not self._idle[oldest]:
+                del self._idle[oldest]
+
+    def close(self) -> None:
+        """Close every idle engine."""
+        for engines in self._idle.values():
+            for tw in engines:
+                _close(tw)
+        self._idle.clear()
+
+
+def _close(tw: Any) -> None:
+    with contextlib.suppress(Exception):  # a dead engine may fail to close
+        tw.close()
+
+
 class TextWorldEnv(EpisodicEnv):
     """A TextWorld game as a 5-tuple env with admissible actions, an expert and replay."""
 
@@ -111,6 +162,7 @@ class TextWorldEnv(EpisodicEnv):
         state_format: str = "compact",
         *,
         expert: bool = True,
+        engines: EnginePool | None = None,
     ) -> None:
         super().__init__(max_steps)
         if state_format not in STATE_FORMATS:
@@ -122,6 +174,7 @@ class TextWorldEnv(EpisodicEnv):
         self.expert = expert
         self._location = "unknown"
         self._tw: Any = None  # the textworld environment, reused while the game is the same
+        self._engines = engines  # shared with the other envs of a factory (None: not shared)
         self._game_path: str | None = None
         self._state: Any = None
 
@@ -139,7 +192,12 @@ class TextWorldEnv(EpisodicEnv):
     def _engine(self, path: Path) -> Any:
         if self._tw is not None and self._game_path == str(path):
             return self._tw
-        self._discard()
+        self._release()
+        key = (str(path), self.expert, self.state_format)
+        reused = self._engines.take(key) if self._engines is not None else None
+        if reused is not None:
+            self._tw, self._game_path = reused, str(path)
+            return reused
         import textworld  # heavy import kept to this module
 
         if not path.is_file() or not path.with_suffix(".json").is_file():
@@ -174,6 +232,15 @@ class TextWorldEnv(EpisodicEnv):
             frotz.is_fully_supported = False
         self._game_path = str(path)
         return self._tw
+
+    def _release(self) -> None:
+        """Give a healthy engine back to the shared pool (or close it when not shared)."""
+        if self._tw is not None and self._engines is not None and self._game_path is not None:
+            tw, path, self._tw, self._game_path = self._tw, self._game_path, None, None
+            self._done = True
+            self._engines.give((path, self.expert, self.state_format), tw)
+        else:
+            self._discard()
 
     def _discard(self) -> None:
         """Drop the engine (after an error, or to switch games); the next reset restarts it."""
@@ -235,8 +302,8 @@ class TextWorldEnv(EpisodicEnv):
         return obs, int(won), terminated, truncated, info
 
     def close(self) -> None:
-        """Release the game engine."""
-        self._discard()
+        """Release the game engine (back to the shared pool when there is one)."""
+        self._release()
         self._task = None
 
     # -- extras used by policies and fidelity ---------------------------------------------------

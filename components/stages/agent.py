@@ -228,7 +228,7 @@ def eval_job(cfg: Config, paths: Paths, method: str, seed: int, mode: str) -> li
 
     from components.agent.evaluate import held_out_tasks, run_episodes
     from components.agent.loading import Acting, RandomAdmissible, load_policy, seed_dir
-    from components.envs import make_env
+    from components.envs import env_factory
     from components.stages.data import load_tasks
 
     tasks = held_out_tasks(load_tasks(paths))
@@ -240,7 +240,7 @@ def eval_job(cfg: Config, paths: Paths, method: str, seed: int, mode: str) -> li
         policy = Acting(loaded, e.temperature if mode == "sampled" else 0.0, e.max_new_tokens)
     torch.manual_seed(seed)
     records = run_episodes(
-        policy, tasks, lambda: make_env(cfg.env, paths.root), seed=seed, parallel=e.parallel_envs
+        policy, tasks, env_factory(cfg.env, paths.root), seed=seed, parallel=e.parallel_envs
     )
     return [
         {

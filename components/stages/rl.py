@@ -201,7 +201,7 @@ def rl_seed(cfg: Config, paths: Paths, algo: str, kind: str, seed: int) -> dict[
     from components.agent.loading import load_policy, publish_dir, seed_dir
     from components.agent.train import HISTORY_FILE, POLICY_DIR, train_rl
     from components.curriculum.sampling import VarianceTaskSampler
-    from components.envs import make_env
+    from components.envs import env_factory
     from components.tracking import dvc_md5
 
     start = time.perf_counter()
@@ -255,10 +255,10 @@ def rl_seed(cfg: Config, paths: Paths, algo: str, kind: str, seed: int) -> dict[
         algo_cfg = algo_cfg.model_copy(update={"max_real_steps": cap})
         fingerprint["real_step_cap"] = cap
         _, used = _resume_point(out_dir, algo_cfg, fingerprint)
-        env = CappedEnvList(lambda: make_env(cfg.env, paths.root), budget=cap - used)
+        env = CappedEnvList(env_factory(cfg.env, paths.root), budget=cap - used)
         extra = {"real_step_cap": cap, "reference_real_steps": reference}
     else:
-        env = lambda: make_env(cfg.env, paths.root)  # noqa: E731 (a factory: a pool grows)
+        env = env_factory(cfg.env, paths.root)  # a factory: the env list grows as needed
     summary = train_rl(
         policy,
         env,

@@ -56,7 +56,7 @@ def real_success(
     from components.agent.evaluate import evaluate
     from components.agent.loading import Acting, load_policy
     from components.agent.train import load_snapshot
-    from components.envs import make_env
+    from components.envs import env_factory
 
     e = cfg.agent.eval
     policy = load_policy(sft_dir, cfg.agent)
@@ -67,7 +67,7 @@ def real_success(
         result = evaluate(
             actor,
             tasks,
-            lambda: make_env(cfg.env, paths.root),
+            env_factory(cfg.env, paths.root),
             seeds=(cfg.seed,),
             greedy=True,
             parallel=e.parallel_envs,

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from components.config import EnvConfig
-from components.envs import make_env
+from components.envs import env_factory, make_env
 from components.envs.base import (
     ADMISSIBLE,
     FEEDBACK,
@@ -106,6 +106,24 @@ def test_make_env_gives_a_replayable_textworld_env(tw_suite: Suite):
     e = make_env(EnvConfig(name="textworld", max_steps=5), root=tw_suite.root)
     assert isinstance(e, Env) and isinstance(e, ReplayableEnv)
     assert e.name == "textworld" and e.max_steps == 5
+
+
+def test_envs_of_one_factory_share_loaded_games_and_play_them_identically(tw_suite: Suite):
+    make = env_factory(EnvConfig(name="textworld", max_steps=50), root=tw_suite.root)
+    task, other = tw_suite.task("quest"), tw_suite.task("treasure")
+    first, second = make(), make()
+    pool = first._engines
+    assert pool is second._engines is not None
+    played = [first.reset(task)[0]] + [first.step(a)[0] for a in task.walkthrough[:2]]
+    first.reset(other)  # switching games gives the first engine back to the pool
+    assert pool.misses == 2 and pool.hits == 0
+    replayed = [second.reset(task)[0]] + [second.step(a)[0] for a in task.walkthrough[:2]]
+    assert pool.hits == 1 and replayed == played  # a reused engine restarts the game
+    first.close()
+    second.close()
+    lone = make_env(EnvConfig(name="textworld", max_steps=50), root=tw_suite.root)
+    assert lone._engines is None and lone.reset(task)[0] == played[0]
+    lone.close()
 
 
 def test_reset_gives_a_compact_abstract_state(env: TextWorldEnv, tw_suite: Suite):
