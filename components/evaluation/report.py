@@ -22,6 +22,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+from components.agent.table1 import LABELS as TABLE1_LABELS
 from components.config import ReportConfig
 from components.evaluation.judge import CRITERIA, VARIANT_LABELS, VARIANTS
 
@@ -43,17 +44,8 @@ METRIC_FILES = (
     "drift.json",
     "theorem1.json",
 )
-# Table-1 methods in the paper's order, with their labels; others follow alphabetically
-METHOD_LABELS = {
-    "sft": "SFT",
-    "dpo": "DPO",
-    "grpo_real": "GRPO (real env)",
-    "ppo_real": "PPO (real env)",
-    "dreamgym_grpo": "DreamGym GRPO",
-    "dreamgym_ppo": "DreamGym PPO",
-    "s2r_grpo": "DreamGym-S2R GRPO",
-    "s2r_ppo": "DreamGym-S2R PPO",
-}
+# Table-1 methods in their order, with their labels (one home: components/agent/table1.py)
+METHOD_LABELS = TABLE1_LABELS
 ABLATIONS = (*VARIANTS, "no_task_generation")
 ABLATION_LABELS = {**VARIANT_LABELS, "no_task_generation": "w/o task generation"}
 # DESIGN.md: success % (Llama-3.2-3B / Llama-3.1-8B / Qwen-2.5-7B), for context only
@@ -377,6 +369,32 @@ def _table1_rows(t1: Any) -> dict[str, dict[str, dict[str, Any]]]:
     return out
 
 
+def _diff(d: Any, with_ci: bool = False) -> str:
+    """A paired difference in points (``+5.2 (+1.0, +9.4)``); empty when absent."""
+    if not isinstance(d, dict) or not isinstance(d.get("diff"), int | float):
+        return ""
+    text = f"{100 * d['diff']:+.1f}"
+    if with_ci and isinstance(d.get("ci_low"), int | float):
+        text += f" ({100 * d['ci_low']:+.1f}, {100 * d['ci_high']:+.1f})"
+    return text
+
+
+def _mean_over_seeds(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """One row per round: the mean of each number over the seeds' rows of that round."""
+    by_round: dict[float, list[Mapping[str, Any]]] = {}
+    for i, r in enumerate(rows):
+        by_round.setdefault(float(r.get("iteration", i + 1)), []).append(r)
+    out = []
+    for it, group in sorted(by_round.items()):
+        keys = {k for r in group for k, v in r.items() if isinstance(v, int | float)}
+        row: dict[str, Any] = {"iteration": it, "seeds": len(group)}
+        for k in keys - {"iteration", "seed"}:
+            vals = [float(r[k]) for r in group if isinstance(r.get(k), int | float)]
+            row[k] = sum(vals) / len(vals)
+        out.append(row)
+    return out
+
+
 def _paper_cell(method: str) -> str:
     col = PAPER_METHOD_COLUMN.get(method)
     return "" if col is None else PAPER_TABLE1[PAPER_ENV][col]
@@ -393,7 +411,17 @@ def _table1_section(inp: _Inputs, out_dir: Path, cfg: ReportConfig, plots: list[
         if inp.status.get("table1.json") == "ok":
             note = "_table1.json: no method evaluated yet._\n"
         out.append(note)
-    header = ["method", "success %", "95% CI", "episodes", "seeds", "real env steps"]
+    header = [
+        "method",
+        "success %",
+        "95% CI",
+        "greedy %",
+        "vs SFT (95% CI)",
+        "vs random",
+        "episodes",
+        "seeds",
+        "real env steps",
+    ]
     if cfg.paper_reference:
         header.append(f"paper {PAPER_ENV} % (3B/8B/7B)")
     for env in sorted(t1):
@@ -410,6 +438,9 @@ def _table1_section(inp: _Inputs, out_dir: Path, cfg: ReportConfig, plots: list[
                     _method_label(name),
                     pct(m.get("success")),
                     _ci(m.get("ci_low"), m.get("ci_high"), pct),
+                    pct((m.get("greedy") or {}).get("success")),
+                    _diff(m.get("vs_sft"), with_ci=True),
+                    _diff(m.get("vs_random")),
                     _num(m.get("episodes")),
                     _num(m.get("seeds")),
                     _num(m.get("real_steps")),
@@ -455,7 +486,7 @@ def _final(rows: Sequence[Mapping[str, Any]], key: str, k: int = 3) -> float | N
 
 def _curves_section(inp: _Inputs, out_dir: Path, cfg: ReportConfig, plots: list[Path]) -> str:
     out = ["## RL training curves (success rate of each round's rollouts)\n\n"]
-    curves = inp.history
+    curves = {name: _mean_over_seeds(rows) for name, rows in inp.history.items()}
     if not curves:
         return out[0] + f"_{HISTORY_DIR}/*.jsonl: {NOT_RUN}._\n"
     names = _ordered(list(curves), list(METHOD_LABELS))
@@ -477,11 +508,19 @@ def _curves_section(inp: _Inputs, out_dir: Path, cfg: ReportConfig, plots: list[
                 _num(seconds / 60, 1),
             ]
         )
-    header = ["method", "rounds", "first round", "last 3 rounds", "real env steps", "minutes"]
+    header = [
+        "method",
+        "rounds",
+        "first round",
+        "last 3 rounds",
+        "real env steps (per seed)",
+        "minutes (per seed)",
+    ]
     out.append(_table(header, rows))
     out.append(
         "\nRollout success is measured in the env each method trains in: the synthetic env "
-        "for DreamGym, the real one for the baselines and S2R.\n"
+        "for DreamGym, the real one for the baselines and S2R; each round is the mean over "
+        "the training seeds.\n"
     )
     png = _curve_plot(out_dir / CURVES_PNG, {n: curves[n] for n in names}, cfg.dpi)
     if png is not None:
