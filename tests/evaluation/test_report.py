@@ -242,4 +242,4 @@ def test_curves_average_the_seeds_of_each_round():
     ]
     out = _mean_over_seeds(rows)
     assert [r["iteration"] for r in out] == [1.0, 2.0] and [r["seeds"] for r in out] == [2, 2]
-    assert [r["success_rate"] for r in out] == pytest.approx([0.4, 0.6])
+    assert [round(r["success_rate"], 6) for r in out] == [0.4, 0.6]
