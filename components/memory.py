@@ -15,8 +15,9 @@ only from the task's instruction and the episode's own (action, resulting state)
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Sequence, Set
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 _WORD = re.compile(r"[a-z0-9]+")
 _SENTENCE = re.compile(r"(?<=[.!?])\s+")
@@ -51,21 +52,24 @@ def words(text: str) -> list[str]:
     return _WORD.findall(text.lower())
 
 
-def content_words(text: str) -> set[str]:
-    """Words that name things (stopwords removed)."""
-    return {w for w in words(text) if w not in STOPWORDS}
+@lru_cache(maxsize=65536)
+def content_words(text: str) -> frozenset[str]:
+    """Words that name things (stopwords removed); cached: the same texts recur every step."""
+    return frozenset(w for w in words(text) if w not in STOPWORDS)
 
 
+@lru_cache(maxsize=65536)
 def verb_of(command: str) -> str:
     """The command's verb, or ``other``."""
     first = command.split(" ", 1)[0].lower()
     return first if first in VERBS else "other"
 
 
-def command_content(command: str) -> set[str]:
+@lru_cache(maxsize=65536)
+def command_content(command: str) -> frozenset[str]:
     """The command's object and direction words (its verb dropped)."""
     ws = words(command)
-    return {w for w in ws[1:] if w not in STOPWORDS}
+    return frozenset(w for w in ws[1:] if w not in STOPWORDS)
 
 
 def instruction_steps(instruction: str) -> list[str]:
@@ -74,18 +78,19 @@ def instruction_steps(instruction: str) -> list[str]:
     return steps or [instruction]
 
 
-def overlap(command: str, sentence_words: set[str]) -> float:
+def overlap(command: str, sentence_words: Set[str]) -> float:
     """Share of the command's content words that the sentence contains."""
     cw = command_content(command)
     return len(cw & sentence_words) / len(cw) if cw else 0.0
 
 
-def verb_in(command: str, sentence_words: set[str]) -> float:
+def verb_in(command: str, sentence_words: Set[str]) -> float:
     """1 if the sentence uses a word for the command's verb."""
     lexicon = VERB_WORDS.get(verb_of(command))
     return float(bool(lexicon and lexicon & sentence_words))
 
 
+@lru_cache(maxsize=65536)
 def split_state(state: str) -> tuple[str, str, str]:
     """(location, surroundings, inventory) of a ``Key: value`` abstract state."""
     location, inventory, rest = "", "", []
@@ -105,7 +110,7 @@ class EpisodeMemory:
 
     instruction: str
     steps: list[str] = field(default_factory=list)
-    step_words: list[set[str]] = field(default_factory=list)
+    step_words: list[frozenset[str]] = field(default_factory=list)
     pointer: int = 0  # instruction sentences done
     visits: dict[str, int] = field(default_factory=dict)
     tried: dict[tuple[str, str], int] = field(default_factory=dict)

@@ -20,9 +20,10 @@ Frozen encoders keep it fast on two cores: embeddings are cached per string.
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
@@ -45,6 +46,9 @@ Design = Literal["full", "embeddings"]
 DESIGNS: tuple[Design, ...] = ("full", "embeddings")
 
 
+_VERB_ONE_HOT = {v: [float(v == u) for u in (*VERBS, "other")] for v in (*VERBS, "other")}
+
+
 def command_scalars(mem: EpisodeMemory, command: str) -> list[float]:
     """Hand-made features of one command given the memory (design ``full``)."""
     verb = verb_of(command)
@@ -65,15 +69,19 @@ def command_scalars(mem: EpisodeMemory, command: str) -> list[float]:
             float(OPPOSITE.get(mem.last_direction) == direction and mem.last_action[:3] == "go "),
             float(dest is None and tried_here == 0),
         ]
+    ov = [overlap(command, s) for s in sw]  # once per sentence: this runs every decision
     next_overlap, next_verb = overlap(command, ahead), verb_in(command, ahead)
     return [
-        *(float(verb == v) for v in (*VERBS, "other")),
+        *_VERB_ONE_HOT[verb],
         next_overlap,
         overlap(command, after),
-        max((overlap(command, s) for s in sw[p:]), default=0.0),
-        max((overlap(command, s) for s in sw[:p]), default=0.0),
+        max(ov[p:], default=0.0),
+        max(ov[:p], default=0.0),
         next_verb,
-        max((verb_in(command, s) * (overlap(command, s) > 0) for s in sw[p:]), default=0.0),
+        max(
+            (verb_in(command, s) * (o > 0) for s, o in zip(sw[p:], ov[p:], strict=True)),
+            default=0.0,
+        ),
         next_overlap * next_verb,
         len(objects & goal) / len(objects) if objects else 0.0,
         len(objects & content_words(mem.inventory)) / len(objects) if objects else 0.0,
@@ -138,10 +146,38 @@ class Decision:
 class Featurizer:
     """Observation -> Decision (see the module docstring)."""
 
-    def __init__(self, encoder: CachedEncoder, max_steps: int, design: Design = "full") -> None:
+    def __init__(
+        self,
+        encoder: CachedEncoder,
+        max_steps: int,
+        design: Design = "full",
+        max_memories: int = 8192,
+    ) -> None:
         if design not in DESIGNS:
             raise ValueError(f"unknown feature design {design!r}; known: {DESIGNS}")
         self.encoder, self.max_steps, self.design = encoder, max_steps, design
+        # episode prefix -> its memory: a live episode's next decision extends the last one
+        # by one step instead of replaying the whole history (O(T) -> O(1) per decision)
+        self._memories: OrderedDict[tuple[Any, ...], EpisodeMemory] = OrderedDict()
+        self.max_memories = max_memories
+
+    def memory(self, obs: Observation) -> EpisodeMemory:
+        """The episode memory of ``obs`` (shared: read it, never change it)."""
+        first = obs.initial_state if obs.initial_state is not None else obs.state
+        key = (obs.instruction, first, obs.history)
+        mem = self._memories.get(key)
+        if mem is not None:
+            return mem
+        parent = self._memories.get((obs.instruction, first, obs.history[:-1]))
+        if obs.history and parent is not None:
+            mem = parent.copy()
+            mem.update(*obs.history[-1])
+        else:
+            mem = EpisodeMemory.replay(obs.instruction, first, obs.history)
+        self._memories[key] = mem
+        if len(self._memories) > self.max_memories:
+            self._memories.popitem(last=False)
+        return mem
 
     @property
     def candidate_dim(self) -> int:
@@ -161,8 +197,7 @@ class Featurizer:
                 "the scoring policy needs the admissible commands of every state "
                 "(this env or state gave none)"
             )
-        first = obs.initial_state if obs.initial_state is not None else obs.state
-        mem = EpisodeMemory.replay(obs.instruction, first, obs.history)
+        mem = self.memory(obs)
         commands = tuple(obs.admissible)
         goal = mem.current_step if self.design == "full" else obs.instruction
         texts = [goal, mem.surroundings, mem.inventory or "nothing", mem.last_action or "start"]

@@ -67,6 +67,25 @@ def _obs(admissible: tuple[str, ...]) -> Observation:
     return Observation(QUEST, start, admissible=admissible, initial_state=start)
 
 
+def test_features_are_the_same_whether_memory_is_extended_or_replayed(scorer):
+    import numpy as np
+
+    from components.agent.features import Featurizer
+
+    adm = ("go east", "go west", "take key", "look")
+    obs = [_obs(adm)]
+    for action, room in (("go east", "Vault"), ("take key", "Vault"), ("go west", "Hall")):
+        obs.append(obs[-1].then(action, _state(room, "A chest."), adm))
+    shared = scorer.featurizer  # decides the episode in order: extends its last memory
+    for o in obs:
+        live = shared.decide(o)
+        fresh = Featurizer(shared.encoder, shared.max_steps, shared.design).decide(o)
+        assert np.array_equal(live.candidates, fresh.candidates)
+        assert np.array_equal(live.context, fresh.context)
+    assert shared.memory(obs[-1]).n_steps == 3 and shared.memory(obs[-1]).location == "Hall"
+    assert shared.memory(obs[1]).location == "Vault"  # a prefix's memory was not changed
+
+
 def test_act_logprobs_match_score_and_greedy_picks_the_best(scorer, one_thread):
     import torch
 
