@@ -25,6 +25,10 @@ the most similar recorded state of the same room (counted as a fallback).
 Every answer carries a short reasoning (which evidence decided) and is rendered in the
 reasoning-first answer format of the LLM model (``<think>``, ``<state>``, ``<reward>``),
 so fidelity and the judge read both models the same way.
+
+``predict_batch`` answers many (task, memory, state, action) queries at once, exactly as
+``predict`` answers each: the tables first, then one call of each classifier for every
+query they decide. The classifiers predict with numpy (torch only fits them).
 """
 
 from __future__ import annotations
@@ -35,20 +39,21 @@ import re
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
+from operator import itemgetter
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from components.memory import (
     OPPOSITE,
+    VERB_WORDS,
     VERBS,
     EpisodeMemory,
     command_content,
     instruction_steps,
-    overlap,
     split_state,
-    verb_in,
     verb_of,
     words,
 )
@@ -207,6 +212,27 @@ EDIT_OPERATORS = (
 )  # fmt: skip
 
 
+# -- memoised helpers of the prediction path (pure functions of their arguments) ---------
+# An RL run asks about the same few thousand states and commands over and over.
+
+_STATES = 1 << 14
+_world_key = lru_cache(maxsize=_STATES)(world_key)
+split_cached = lru_cache(maxsize=_STATES)(split_state)
+_parse = lru_cache(maxsize=_STATES)(parse_command)
+_apply_edit = lru_cache(maxsize=_STATES)(apply_edit)
+
+
+@lru_cache(maxsize=_STATES)
+def _content(command: str) -> frozenset[str]:
+    """``command_content`` as a frozenset (shared: never mutate it)."""
+    return frozenset(command_content(command))
+
+
+def _top(counts: Counter) -> Any:
+    """The most frequent key, the first counted on ties (``most_common(1)[0][0]``)."""
+    return max(counts.items(), key=itemgetter(1))[0]
+
+
 # -- reward / termination classifier -------------------------------------------------------
 
 
@@ -218,16 +244,18 @@ def outcome_features(mem: EpisodeMemory, command: str, admissible: Sequence[str]
     p = mem.pointer
     ahead = sw[p] if p < n else set()
     verb = verb_of(command)
-    objects = command_content(command)
+    objects = _content(command)  # the command's content words (memory.overlap's)
+    lexicon = VERB_WORDS.get(verb)
     goal = set().union(*sw) if sw else set()
     in_goal = len(objects & goal) / len(objects) if objects else 0.0
-    last_overlap, last_verb = overlap(command, last), verb_in(command, last)
+    last_overlap = len(objects & last) / len(objects) if objects else 0.0
+    last_verb = float(bool(lexicon and lexicon & last))
     return [
         last_overlap,
         last_verb,
         last_overlap * last_verb,
-        overlap(command, ahead),
-        verb_in(command, ahead),
+        len(objects & ahead) / len(objects) if objects else 0.0,
+        float(bool(lexicon and lexicon & ahead)),
         float(p >= n - 1),
         float(p == n - 1) * last_overlap,
         float(n == 1),
@@ -239,15 +267,24 @@ def outcome_features(mem: EpisodeMemory, command: str, admissible: Sequence[str]
 
 
 class _LogisticRegression:
-    """Class-balanced L2 logistic regression (LBFGS on standardised features)."""
+    """Class-balanced L2 logistic regression (LBFGS on standardised features).
+
+    Fitted with torch; the fitted parameters are kept as float32 numpy arrays, so
+    ``proba`` is plain numpy (models pickled with torch tensors are converted on load).
+    """
+
+    mu: np.ndarray
+    sd: np.ndarray
+    w: np.ndarray
+    b: np.ndarray
 
     def fit(self, x: np.ndarray, y: np.ndarray, l2: float = 1e-3) -> _LogisticRegression:
         import torch
 
         xt = torch.tensor(x, dtype=torch.float32)
         yt = torch.tensor(y, dtype=torch.float32)
-        self.mu, self.sd = xt.mean(0), xt.std(0) + 1e-6
-        xn = (xt - self.mu) / self.sd
+        mu, sd = xt.mean(0), xt.std(0) + 1e-6
+        xn = (xt - mu) / sd
         w = torch.zeros(xt.shape[1], requires_grad=True)
         b = torch.zeros(1, requires_grad=True)
         pos = yt.mean().clamp(1e-4, 1 - 1e-4)
@@ -263,14 +300,22 @@ class _LogisticRegression:
             return loss
 
         opt.step(closure)
-        self.w, self.b = w.detach(), b.detach()
+        self.__setstate__({"mu": mu, "sd": sd, "w": w.detach(), "b": b.detach()})
         return self
 
-    def proba(self, x: np.ndarray) -> np.ndarray:
-        import torch
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        # parameters as float32 numpy arrays, whatever held them (older pickles: tensors)
+        for k, v in state.items():
+            if hasattr(v, "detach"):
+                v = v.detach().cpu().numpy()
+            setattr(self, k, np.asarray(v, dtype=np.float32))
 
-        xt = torch.tensor(np.asarray(x, dtype=np.float32))
-        return torch.sigmoid(((xt - self.mu) / self.sd) @ self.w + self.b).numpy()
+    def proba(self, x: np.ndarray) -> np.ndarray:
+        """P(y = 1) per row of ``x`` (float32; each row computed the same in any batch)."""
+        xn = (np.asarray(x, dtype=np.float32) - self.mu) / self.sd
+        z = (xn * self.w).sum(axis=1, dtype=np.float32) + self.b
+        with np.errstate(over="ignore"):
+            return (1.0 / (1.0 + np.exp(-z))).astype(np.float32)
 
 
 def best_f1_threshold(p: np.ndarray, y: np.ndarray) -> tuple[float, float]:
@@ -325,6 +370,77 @@ class Outcome:
     win_score: float = 0.0  # the won classifier's probability (recorded outcomes: 0 or 1)
 
 
+class Query(NamedTuple):
+    """One question to the model (``predict``'s arguments)."""
+
+    task: Task
+    memory: EpisodeMemory
+    state: str
+    action: str
+    admissible: Sequence[str]
+    rooms: dict[str, str] | None = None
+
+
+@dataclass
+class _Draft:
+    """An outcome as the tables answer it, before the classifiers decide (when they do)."""
+
+    next_state: str
+    won: bool
+    lost: bool
+    admissible: tuple[str, ...]
+    evidence: str
+    fallback: bool
+    why: str
+    replayed: bool = True
+    score: float = 0.0
+    memory: EpisodeMemory | None = None  # set when the classifiers decide the outcome
+    action: str = ""
+    current: Sequence[str] = ()
+
+    def decide(self, won: bool, lost: bool, score: float) -> None:
+        self.won, self.lost = won, lost
+        if self.replayed:  # a generated task: the recorded next state, the reward anew
+            self.why += " The task is generated: whether it is won is judged anew."
+            return
+        self.score = score
+        if won:
+            self.why += " It completes the task's last step: reward 1."
+        elif lost:
+            self.why += " It makes the task impossible: the episode is lost."
+
+    def outcome(self) -> Outcome:
+        return Outcome(
+            self.next_state,
+            int(self.won),
+            self.won,
+            self.lost and not self.won,
+            self.admissible,
+            self.evidence,
+            self.fallback,
+            self.why,
+            self.score,
+        )
+
+
+class _Cache:
+    """What prediction derives from the fitted tables (rebuilt lazily; never saved)."""
+
+    ADMISSIBLE_LIMIT = 1 << 15
+
+    def __init__(self) -> None:
+        self.templates: dict[tuple[str, str, bool], list[str]] = {}
+        self.rooms: dict[tuple[str, str], list[tuple[frozenset[str], tuple[str, ...]]]] = {}
+        self.admissible: dict[tuple[str, str], tuple[tuple[str, ...], bool]] = {}
+
+    def remember_admissible(
+        self, key: tuple[str, str], value: tuple[tuple[str, ...], bool]
+    ) -> None:
+        if len(self.admissible) >= self.ADMISSIBLE_LIMIT:
+            self.admissible.clear()
+        self.admissible[key] = value
+
+
 @dataclass
 class GroundedSettings:
     """Switches of the model (the ablations) and its fit seed."""
@@ -361,6 +477,7 @@ class GroundedModel:
     won_threshold: float = 0.5
     lost_threshold: float = 0.5
     fit_stats: dict[str, Any] = field(default_factory=dict)
+    _cache: _Cache = field(default_factory=_Cache, repr=False, compare=False)
 
     # -- fitting ---------------------------------------------------------------------------
 
@@ -407,6 +524,7 @@ class GroundedModel:
             "templates": sum(len(c) for c in self.templates.values()),
             **stats,
         }
+        self._cache = _Cache()  # derived from the tables just built
         return self.fit_stats
 
     def _index(self, s: Transition, lost: bool) -> None:
@@ -526,45 +644,68 @@ class GroundedModel:
         names to how this episode last saw them (a room the agent comes back to is as it
         left it).
         """
+        return self.predict_batch([Query(task, memory, state, action, admissible, rooms)])[0]
+
+    def predict_batch(self, queries: Sequence[Query]) -> list[Outcome]:
+        """``predict`` of many queries: the same outcomes, each classifier called once.
+
+        Every query is answered from the tables first (a draft); the drafts whose reward
+        and termination the classifiers decide get their features stacked into one matrix.
+        """
+        drafts = [self._draft(*q) for q in queries]
+        pending = [d for d in drafts if d.memory is not None]
+        if pending:
+            feats = np.asarray(
+                [outcome_features(d.memory, d.action, d.current) for d in pending], np.float32
+            )
+            for d, (won, lost, score) in zip(pending, self._classify_rows(feats), strict=True):
+                d.decide(won, lost, score)
+        return [d.outcome() for d in drafts]
+
+    def _draft(
+        self,
+        task: Task,
+        memory: EpisodeMemory,
+        state: str,
+        action: str,
+        admissible: Sequence[str],
+        rooms: dict[str, str] | None = None,
+    ) -> _Draft:
         tid = task.task_id
         if not self.settings.history:
             memory = EpisodeMemory.replay(memory.instruction, state)
             rooms = None
-        key = (tid, world_key(state), action.lower())
         if self.settings.replay:
+            key = (tid, _world_key(state), action.lower())
             for table, evidence in ((self.exact, REPLAY), (self.synthetic, SYNTHETIC_REPLAY)):
                 if key in table:
-                    (ns, reward, won, lost), _ = table[key].most_common(1)[0]
-                    won = bool(won)
-                    score = float(won)
+                    ns, _, won, lost = _top(table[key])
                     adm, fallback = self._admissible(tid, ns, admissible)
                     why = "This command was seen in this state of this game: same outcome."
                     if evidence == SYNTHETIC_REPLAY:
                         why = "This command was dreamt in this state before: same outcome."
-                    if _is_generated(task):
-                        won, lost, reward = self._classify(memory, action, admissible)
-                        why += " The task is generated: whether it is won is judged anew."
-                    return Outcome(
-                        ns, int(won), won, lost and not won, adm, evidence, fallback, why
-                    )
-        location, surroundings, inventory = split_state(state)
-        verb, x, prep, y = parse_command(action)
+                    draft = _Draft(ns, bool(won), bool(lost), adm, evidence, fallback, why)
+                    if _is_generated(task):  # whether it is won is judged anew
+                        draft.memory, draft.action, draft.current = memory, action, admissible
+                    return draft
+        location, surroundings, inventory = split_cached(state)
+        verb, x, prep, y = _parse(action)
         valid = action in admissible
         nloc, nsur, ninv = location, surroundings, inventory
         evidence = EDIT
         if verb == "go" and valid:
             dests = self.exits.get((tid, location, x)) if self.settings.replay else None
             if dests:
-                nloc = dests.most_common(1)[0][0]
+                nloc = _top(dests)
                 if rooms and nloc in rooms:
                     nsur = rooms[nloc]
                 elif self.room_views.get((tid, nloc)):
-                    nsur = self.room_views[(tid, nloc)].most_common(1)[0][0]
+                    nsur = _top(self.room_views[(tid, nloc)])
                 evidence, why = MAP, f"Going {x} from the {location} leads to the {nloc}."
                 feedback = f"You are in the {nloc}."
             elif (guess := self._guess_room(tid, location, x)) is not None:
                 nloc = guess
-                nsur = (rooms or {}).get(nloc) or self.room_views[(tid, nloc)].most_common(1)[0][0]
+                nsur = (rooms or {}).get(nloc) or _top(self.room_views[(tid, nloc)])
                 evidence, why = MAP, f"The {nloc} has an unexplored exit back {OPPOSITE[x]}."
                 feedback = f"You are in the {nloc}."
             else:
@@ -574,21 +715,17 @@ class GroundedModel:
         else:
             op = self.edits.get((verb, prep), "none") if valid else "none"
             if op != "none":
-                nsur, ninv = apply_edit(op, surroundings, inventory, x, prep, y)
+                nsur, ninv = _apply_edit(op, surroundings, inventory, x, prep, y)
             feedback = self._feedback(verb, prep, valid, x, y)
             why = (
                 f"'{verb}' is {'admissible' if valid else 'not admissible'} here; "
                 f"learned effect: {op.replace('_', ' ')}."
             )
         next_state = render_state(nloc, nsur, ninv, feedback)
-        won, lost, score = self._classify(memory, action, admissible)
-        reward = int(won)
-        if won:
-            why += " It completes the task's last step: reward 1."
-        elif lost:
-            why += " It makes the task impossible: the episode is lost."
         adm, fallback = self._admissible(tid, next_state, admissible)
-        return Outcome(next_state, reward, won, lost, adm, evidence, fallback, why, score)
+        draft = _Draft(next_state, False, False, adm, evidence, fallback, why, replayed=False)
+        draft.memory, draft.action, draft.current = memory, action, admissible
+        return draft
 
     def _guess_room(self, task_id: str, location: str, direction: str) -> str | None:
         """A room of this game whose exit back (the opposite way) leads nowhere known yet.
@@ -614,47 +751,78 @@ class GroundedModel:
         return self.guessed[key]
 
     def _feedback(self, verb: str, prep: str, valid: bool, x: str, y: str) -> str:
-        counts = self.templates.get((verb, prep, valid)) or self.templates.get((verb, prep, True))
-        for template, _ in (counts or Counter()).most_common(5):
+        key = (verb, prep, valid)
+        top = self._cache.templates.get(key)
+        if top is None:  # the (fixed after fitting) five most frequent templates
+            counts = self.templates.get(key) or self.templates.get((verb, prep, True))
+            top = self._cache.templates[key] = [t for t, _ in (counts or Counter()).most_common(5)]
+        for template in top:
             text = fill_template(template, x, y)
             if text is not None:
                 return text
         return UNCHANGED_FEEDBACK
 
-    def _classify(
-        self, memory: EpisodeMemory, action: str, admissible: Sequence[str]
-    ) -> tuple[bool, bool, float]:
-        feats = np.asarray([outcome_features(memory, action, admissible)], np.float32)
-        score = float(self.won_model.proba(feats)[0]) if self.won_model is not None else 0.0
-        won = self.won_model is not None and score >= self.won_threshold
-        lost = not won and bool(
-            self.lost_model is not None and self.lost_model.proba(feats)[0] >= self.lost_threshold
-        )
-        return won, lost, score
+    def _classify_rows(self, feats: np.ndarray) -> list[tuple[bool, bool, float]]:
+        """(won, lost, won score) per feature row: each classifier called once."""
+        n = len(feats)
+        if self.won_model is not None:
+            scores = self.won_model.proba(feats).astype(np.float64)
+            won = scores >= self.won_threshold  # compared as Python floats (float64)
+        else:
+            scores, won = np.zeros(n), np.zeros(n, dtype=bool)
+        lost = np.zeros(n, dtype=bool)
+        if self.lost_model is not None:  # compared in float32, as a numpy scalar was
+            lost = ~won & (self.lost_model.proba(feats) >= np.float32(self.lost_threshold))
+        return [
+            (bool(w), bool(lo), float(s))
+            for w, lo, s in zip(won.tolist(), lost.tolist(), scores.tolist(), strict=True)
+        ]
 
     def _admissible(
         self, task_id: str, next_state: str, current: Sequence[str]
     ) -> tuple[tuple[str, ...], bool]:
-        recorded = self.admissible_by_state.get((task_id, world_key(next_state)))
+        key = (task_id, _world_key(next_state))
+        recorded = self.admissible_by_state.get(key)
         if recorded:
             return recorded, False
-        location, surroundings, inventory = split_state(next_state)
-        candidates = self.states_by_room.get((task_id, location)) or []
+        known = self._cache.admissible.get(key)
+        if known is not None:
+            return known
+        location, surroundings, inventory = split_cached(next_state)
+        candidates = self._room_candidates(task_id, location)
         if not candidates:
             return tuple(current), True
-        present = set(words(surroundings + " " + inventory))
-        best = max(candidates, key=lambda c: len(set(words(c[0])) & present))
+        present = frozenset(words(surroundings + " " + inventory))
+        best = max(candidates, key=lambda c: len(c[0] & present))
         # the nearest recorded state may show objects this one lacks: drop their commands
-        kept = tuple(a for a in best[1] if command_content(a) <= present | _NEUTRAL)
-        return kept or best[1], True
+        kept = tuple(a for a in best[1] if _content(a) <= present | _NEUTRAL)
+        out = (kept or best[1], True)
+        self._cache.remember_admissible(key, out)
+        return out
+
+    def _room_candidates(
+        self, task_id: str, location: str
+    ) -> list[tuple[frozenset[str], tuple[str, ...]]]:
+        """(words, admissible commands) of the recorded states of a room, first seen first."""
+        key = (task_id, location)
+        out = self._cache.rooms.get(key)
+        if out is None:
+            seen: set[tuple[str, tuple[str, ...]]] = set()
+            out = []
+            for state_key, adm in self.states_by_room.get(key) or ():
+                if (state_key, adm) not in seen:  # a repeat never wins max() over the first
+                    seen.add((state_key, adm))
+                    out.append((frozenset(words(state_key)), adm))
+            self._cache.rooms[key] = out
+        return out
 
     # -- saving ------------------------------------------------------------------------------
 
     def save(self, out_dir: Path) -> None:
-        """Pickle the model (plain containers + tensors) under ``out_dir``."""
+        """Pickle the model (plain containers + numpy arrays) under ``out_dir``."""
         out_dir = Path(out_dir)
         out_dir.mkdir(parents=True, exist_ok=True)
-        state = {k: _plain(v) for k, v in self.__dict__.items() if k != "synthetic"}
+        state = {k: _plain(v) for k, v in self.__dict__.items() if k not in ("synthetic", "_cache")}
         with (out_dir / MODEL_FILE).open("wb") as f:
             pickle.dump({"version": FORMAT_VERSION, "state": state}, f)
 

@@ -11,6 +11,10 @@ admissible commands of the next state (``info``), exactly the real env's contrac
 scoring policy runs in it unchanged. Evidence counts (replayed, map, edit, unknown room,
 admissible fallbacks) are reported by ``metrics``. Known tasks start from their recorded
 first state; a generated task (curriculum variant) from its parent's.
+
+A step call predicts all its live episodes as one batch (``GroundedModel.predict_batch``:
+the won/lost classifiers run once per call), with exactly the outcomes that stepping the
+episodes one at a time gives. ``restart_finished()`` keeps a batch full (throughput runs).
 """
 
 from __future__ import annotations
@@ -19,10 +23,21 @@ import time
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any
 
 from components.envs.base import ADMISSIBLE, FEEDBACK, LOST, VALID, WON
-from components.experience.grounded import GroundedModel
+from components.experience.grounded import (
+    EDIT,
+    MAP,
+    REPLAY,
+    SYNTHETIC_REPLAY,
+    UNKNOWN_ROOM,
+    GroundedModel,
+    Outcome,
+    Query,
+    split_cached,
+)
 from components.experience.synthetic_env import (
     MALFORMED,
     REASONING,
@@ -31,10 +46,13 @@ from components.experience.synthetic_env import (
     feedback_of,
     stamp_trajectory,
 )
-from components.memory import EpisodeMemory, split_state
+from components.memory import EpisodeMemory
 from components.schema import Provenance, Task, Trajectory, Transition, stable_id
 
 EVIDENCE = "evidence"  # extra info key: what decided the step (replay, map, edit, ...)
+_PROVENANCE = Provenance(policy="synthetic")  # frozen: one shared instance
+_EVIDENCE_KEYS = {e: f"evidence_{e}" for e in (REPLAY, SYNTHETIC_REPLAY, MAP, EDIT, UNKNOWN_ROOM)}
+_feedback_of = lru_cache(maxsize=1 << 14)(feedback_of)  # states repeat across episodes
 
 
 @dataclass
@@ -72,6 +90,7 @@ class GroundedVectorEnv:
         self.name = env_name
         self.namespace = namespace
         self._slots: list[_Slot] = []
+        self._archive: list[_Slot] = []  # finished episodes of restarted slots
         self._started = 0
         self._seed: int | None = None
         self._counts: Counter[str] = Counter()
@@ -113,65 +132,77 @@ class GroundedVectorEnv:
             raise ValueError("reset needs at least one task")
         self._seed = seed
         self._slots = []
+        self._archive = []
         out = []
         for task in tasks:
-            state, admissible = self.start_state(task)
-            self._started += 1
-            key = stable_id(self.namespace, seed, self._started, task.task_id)
-            memory = EpisodeMemory.replay(task.instruction, state)
-            location, surroundings, _ = split_state(state)
-            slot = _Slot(key, task, state, state, admissible, memory, {location: surroundings})
+            slot = self._start(task)
             self._slots.append(slot)
-            self._counts["episodes"] += 1
-            out.append((state, self._info(slot, None, valid=True)))
+            out.append((slot.state, self._info(slot, None, valid=True)))
         return out
 
+    def restart_finished(self, keep: bool = True) -> dict[int, tuple[str, dict[str, Any]]]:
+        """Start a new episode of the same task in every finished slot (keeps the batch full).
+
+        The finished episodes stay available to ``trajectories()`` (first), or with
+        ``keep=False`` are dropped. For continuous rollouts and throughput measurements;
+        GRPO groups simply run a batch to the end.
+        """
+        out = {}
+        for i, slot in enumerate(self._slots):
+            if slot.finished:
+                if keep:
+                    self._archive.append(slot)
+                self._slots[i] = self._start(slot.task)
+                out[i] = (self._slots[i].state, self._info(self._slots[i], None, valid=True))
+        return out
+
+    def _start(self, task: Task) -> _Slot:
+        state, admissible = self.start_state(task)
+        self._started += 1
+        key = stable_id(self.namespace, self._seed, self._started, task.task_id)
+        memory = EpisodeMemory.replay(task.instruction, state)
+        location, surroundings, _ = split_cached(state)
+        self._counts["episodes"] += 1
+        return _Slot(key, task, state, state, admissible, memory, {location: surroundings})
+
     def step(self, actions: Sequence[str | None]) -> list[StepOutput | None]:
-        """Advance every live episode by its action; finished slots return None."""
+        """Advance every live episode by its action; finished slots return None.
+
+        The live episodes are predicted as one batch (``GroundedModel.predict_batch``:
+        each classifier runs once per call), then recorded one by one.
+        """
         if len(actions) != len(self._slots):
             raise ValueError(f"{len(actions)} actions for {len(self._slots)} episodes")
         start = time.perf_counter()
         out: list[StepOutput | None] = [None] * len(self._slots)
-        for i, (slot, action) in enumerate(zip(self._slots, actions, strict=True)):
-            if slot.finished or action is None:
-                continue
-            out[i] = self._advance(slot, action)
+        live = [
+            (i, slot, action)
+            for i, (slot, action) in enumerate(zip(self._slots, actions, strict=True))
+            if not (slot.finished or action is None)
+        ]
+        outcomes = self.model.predict_batch(
+            [
+                Query(slot.task, slot.memory, slot.state, action, slot.admissible, slot.rooms)
+                for _, slot, action in live
+            ]
+        )
+        for (i, slot, action), o in zip(live, outcomes, strict=True):
+            out[i] = self._advance(slot, action, o)
         self._seconds += time.perf_counter() - start
         return out
 
-    def _advance(self, slot: _Slot, action: str) -> StepOutput:
-        o = self.model.predict(
-            slot.task, slot.memory, slot.state, action, slot.admissible, slot.rooms
-        )
+    def _advance(self, slot: _Slot, action: str, o: Outcome) -> StepOutput:
         valid = action in slot.admissible
         terminated = o.won or o.lost
         truncated = not terminated and len(slot.steps) + 1 >= self.max_steps
-        slot.steps.append(
-            Transition(
-                id=Transition.make_id(slot.key, len(slot.steps)),
-                task_id=slot.task.task_id,
-                env=self.name,
-                episode_id=slot.key,
-                step_index=len(slot.steps),
-                instruction=slot.task.instruction,
-                state=slot.state,
-                action=action,
-                next_state=o.next_state,
-                reward=o.reward,
-                done=terminated or truncated,
-                admissible_actions=list(slot.admissible),
-                valid_action=valid,
-                source="synthetic",
-                provenance=Provenance(policy="synthetic"),
-            )
-        )
+        slot.steps.append(self._transition(slot, action, o, terminated or truncated, valid))
         slot.reasoning.append(o.reasoning)
         slot.memory.update(action, o.next_state)
-        location, surroundings, _ = split_state(o.next_state)
+        location, surroundings, _ = split_cached(o.next_state)
         slot.rooms[location] = surroundings
         slot.state, slot.admissible = o.next_state, o.admissible
         self._counts["steps"] += 1
-        self._counts[f"evidence_{o.evidence}"] += 1
+        self._counts[_EVIDENCE_KEYS.get(o.evidence) or f"evidence_{o.evidence}"] += 1
         self._counts["admissible_fallbacks"] += o.admissible_fallback
         if terminated or truncated:
             slot.finished = True
@@ -181,6 +212,29 @@ class GroundedVectorEnv:
             self._counts["losses"] += o.lost
         info = self._info(slot, o.reasoning, valid=valid, evidence=o.evidence, lost=o.lost)
         return StepOutput(o.next_state, o.reward, terminated, truncated, info)
+
+    def _transition(
+        self, slot: _Slot, action: str, o: Outcome, done: bool, valid: bool
+    ) -> Transition:
+        n = len(slot.steps)
+        return Transition(
+            # a provisional id: trajectories() gives every step its final one (content hash)
+            id=f"{slot.key}-{n}",
+            task_id=slot.task.task_id,
+            env=self.name,
+            episode_id=slot.key,
+            step_index=n,
+            instruction=slot.task.instruction,
+            state=slot.state,
+            action=action,
+            next_state=o.next_state,
+            reward=o.reward,
+            done=done,
+            admissible_actions=list(slot.admissible),
+            valid_action=valid,
+            source="synthetic",
+            provenance=_PROVENANCE,  # validated, not copied (model_construct is slower)
+        )
 
     def _info(
         self,
@@ -196,7 +250,7 @@ class GroundedVectorEnv:
             VALID: valid,
             WON: slot.success,
             LOST: lost,
-            FEEDBACK: feedback_of(slot.state),
+            FEEDBACK: _feedback_of(slot.state),
             REASONING: reasoning,
             MALFORMED: False,
             SYNTHETIC: True,
@@ -211,7 +265,7 @@ class GroundedVectorEnv:
         checkpoint: str | None = None,
         split: str = "train",
     ) -> list[Trajectory]:
-        """The batch's episodes as synthetic Trajectory records (ids and provenance final)."""
+        """The batch's episodes (restarted ones first) as Trajectory records (final ids)."""
         return [
             stamp_trajectory(
                 s,
@@ -222,7 +276,7 @@ class GroundedVectorEnv:
                 checkpoint=checkpoint,
                 split=split,
             )
-            for s in self._slots
+            for s in [*self._archive, *self._slots]
             if s.steps
         ]
 
