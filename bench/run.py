@@ -12,6 +12,7 @@ BENCHMARKS = (
     "bench.buffer",
     "bench.envs",
     "bench.synthetic_env",
+    "bench.policy_designs",
     "bench.generation",
     "bench.stages",
 )

@@ -575,6 +575,12 @@ class RLAlgoConfig(_Section):
         "weighted by the reward variance of their recent rollouts (components/curriculum)",
     )
     seed: int = Field(0, description="task sampling, sampling and shuffling seed (per run)")
+    seeds: list[int] | None = Field(
+        None,
+        min_length=1,
+        description="training seeds of this algorithm's runs (real, DreamGym, S2R), a subset "
+        "of agent.seeds (each starts from that seed's SFT policy); null = agent.seeds",
+    )
 
 
 class GRPOConfig(RLAlgoConfig):
@@ -770,6 +776,24 @@ class Config(_Section):
     def section(self, name: str) -> dict[str, Any]:
         """One section as plain data (for logging params)."""
         return getattr(self, name).model_dump(mode="json")
+
+    @model_validator(mode="after")
+    def _rl_seeds_are_agent_seeds(self) -> Config:
+        for algo in ("grpo", "ppo"):
+            extra = set(getattr(self.rl, algo).seeds or ()) - set(self.agent.seeds)
+            if extra:
+                raise ValueError(
+                    f"rl.{algo}.seeds {sorted(extra)} are not in agent.seeds "
+                    f"{list(self.agent.seeds)} (each RL run starts from that seed's SFT policy)"
+                )
+        return self
+
+    def seeds_of(self, method: str) -> list[int]:
+        """The training seeds of a Table-1 method (``<x>_grpo``/``grpo_real``: rl.grpo.seeds)."""
+        for algo in ("grpo", "ppo"):
+            if algo in method.split("_"):
+                return list(getattr(self.rl, algo).seeds or self.agent.seeds)
+        return list(self.agent.seeds)
 
 
 @dataclass(frozen=True)

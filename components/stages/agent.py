@@ -269,7 +269,7 @@ def evaluate_policy(cfg: Config, paths: Paths, method: str) -> dict[str, Any]:
     from components.tracking import stage_run, tag_model_alias
 
     start = time.perf_counter()
-    seeds = list(cfg.agent.seeds)
+    seeds = cfg.seeds_of(method)  # the method's training seeds (random: agent.seeds)
     if method != RANDOM:
         missing = [s for s in seeds if not is_policy_dir(seed_dir(policy_dir(paths, method), s))]
         if missing:

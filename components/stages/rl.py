@@ -4,8 +4,8 @@
     train_dreamgym  models/policy/sft             -> synthetic env only (0 real) -> dreamgym_<algo>
     train_s2r       models/policy/dreamgym_<algo> -> real games, capped          -> s2r_<algo>
 
-Each stage trains every seed of ``agent.seeds`` (from the same seed of its start policy)
-in a worker process (``rl_seed``); the worker runs ``components.agent.train.train_rl``
+Each stage trains every seed of ``rl.<algo>.seeds`` (default ``agent.seeds``; each from
+the same seed of its start policy) in a worker process (``rl_seed``); the worker runs ``components.agent.train.train_rl``
 (rounds of batched rollouts + one GRPO/PPO update of several minibatch epochs), whose
 checkpoints under ``models/checkpoints/policy/<method>/seed-<s>`` let a killed run
 resume. The stage writes ``models/policy/<method>/seed-<s>``, the training summary
@@ -349,7 +349,7 @@ def _rl_stage(cfg: Config, paths: Paths, algo: str, kind: str) -> dict[str, Any]
     start = time.perf_counter()
     method = method_of(kind, algo)
     stage = {REAL: "train_rl_real", DREAMGYM: "train_dreamgym", S2R: "train_s2r"}[kind]
-    seeds = list(cfg.agent.seeds)
+    seeds = cfg.seeds_of(method)
     init = dreamgym_method(algo) if kind == S2R else SFT
     data = {"tasks": paths.tasks_file, "init_policy": policy_dir(paths, init)}
     sections: tuple[str, ...] = _SECTIONS

@@ -142,6 +142,14 @@ def test_table1_reports_every_method_with_its_real_steps(ran: Path):
     assert table["dreamgym_grpo"]["real_steps"] == table["dreamgym_ppo"]["real_steps"] == 0
     for algo in ("grpo", "ppo"):  # sim-to-real spends at most its fraction of the real budget
         assert 0 < table[f"s2r_{algo}"]["real_steps"] <= table[f"{algo}_real"]["real_steps"]
+    # a table of zeros is a broken pipeline, not a result (main once passed with all zeros)
+    assert any(row["success"] > 0 for row in table.values()), table
+    assert "vs_random" in table["sft"] and "vs_sft" in table["grpo_real"]
+    provenance = json.loads((ran / "metrics" / "table1.json").read_text())["_provenance"]
+    assert provenance["profile"] == "ci" and len(provenance["git_commit"]) == 40
+    for method in ("grpo_real", "ppo_real", "dreamgym_grpo", "dreamgym_ppo", "s2r_grpo", "s2r_ppo"):
+        trained = json.loads((ran / "metrics" / "agent" / f"{method}.json").read_text())
+        assert trained["optimizer_updates"] > 0, f"{method} made no optimizer update"
 
 
 def test_report_judge_and_drift_are_written(ran: Path):

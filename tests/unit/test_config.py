@@ -67,3 +67,14 @@ def test_split_must_leave_a_test_split(tmp_path: Path):
 def test_ablation_switches_default_to_the_full_method():
     cfg = load_config(ROOT / "params.yaml")
     assert not any(cfg.ablation.model_dump().values())
+
+
+def test_each_method_trains_its_algorithms_seeds(tmp_path: Path):
+    path = _write(tmp_path, lambda r: r["rl"]["ppo"].update(seeds=[0]))
+    cfg = load_config(path)
+    assert cfg.seeds_of("ppo_real") == cfg.seeds_of("dreamgym_ppo") == cfg.seeds_of("s2r_ppo")
+    assert cfg.seeds_of("s2r_ppo") == [0] != list(cfg.agent.seeds)
+    assert cfg.seeds_of("grpo_real") == cfg.seeds_of("sft") == list(cfg.agent.seeds)
+    bad = _write(tmp_path, lambda r: r["rl"]["grpo"].update(seeds=[7]))
+    with pytest.raises(ConfigError, match=r"rl.grpo.seeds \[7\] are not in agent.seeds"):
+        load_config(bad)
