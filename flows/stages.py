@@ -35,6 +35,7 @@ FAMILIES: dict[str, tuple[str, ...]] = {
         "train_rl_real",
         "train_dreamgym",
         "train_s2r",
+        "evaluate_random",
         "evaluate_policy",
     ),
     "evaluation": ("table1", "judge", "drift", "theorem1", "report"),

@@ -685,6 +685,7 @@ class GroundedModel:
                     if evidence == SYNTHETIC_REPLAY:
                         why = "This command was dreamt in this state before: same outcome."
                     draft = _Draft(ns, bool(won), bool(lost), adm, evidence, fallback, why)
+                    draft.score = float(bool(won))  # a recorded outcome is certain
                     if _is_generated(task):  # whether it is won is judged anew
                         draft.memory, draft.action, draft.current = memory, action, admissible
                     return draft

@@ -5,13 +5,14 @@
     train_s2r       models/policy/dreamgym_<algo> -> real games, capped          -> s2r_<algo>
 
 Each stage trains every seed of ``rl.<algo>.seeds`` (default ``agent.seeds``; each from
-the same seed of its start policy) in a worker process (``rl_seed``); the worker runs ``components.agent.train.train_rl``
-(rounds of batched rollouts + one GRPO/PPO update of several minibatch epochs), whose
-checkpoints under ``models/checkpoints/policy/<method>/seed-<s>`` let a killed run
-resume. The stage writes ``models/policy/<method>/seed-<s>``, the training summary
-``metrics/agent/<method>.json`` (per seed and mean), the per-round history
-``metrics/history/<method>.jsonl`` (rows carry their seed), logs one nested MLflow run
-per seed with its per-round curves, and registers the seed-0 policy.
+the same seed of its start policy) in a worker process (``rl_seed``). The worker runs
+``components.agent.train.train_rl``: rounds of batched rollouts, each followed by one
+GRPO/PPO update of several minibatch epochs; its checkpoints under
+``models/checkpoints/policy/<method>/seed-<s>`` let a killed run resume. The stage writes
+``models/policy/<method>/seed-<s>``, the training summary ``metrics/agent/<method>.json``
+(per seed and mean), the per-round history ``metrics/history/<method>.jsonl`` (rows carry
+their seed), logs one nested MLflow run per seed with its per-round curves, and registers
+the first seed's policy.
 
 Real GRPO/PPO draw their task batches by reward variance (``rl.<algo>.task_sampling``);
 DreamGym uses the curriculum (components/stages/dreamgym.py). Sim-to-real caps its real

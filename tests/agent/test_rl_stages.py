@@ -150,8 +150,8 @@ def test_real_grpo_counts_real_steps_and_registers_the_policy(project, grpo_real
 @pytest.mark.integration
 def test_dreamgym_trains_in_the_synthetic_env_and_grows_the_buffer(project, dreamgym_grpo) -> None:
     from components.buffer import SEED_TAG, ReplayBuffer
-    from components.schema import Trajectory, read_jsonl
     from components.experience.task_generation import GENERATED_PREFIX
+    from components.schema import Trajectory, read_jsonl
     from components.stages.data import load_tasks
     from components.stages.rl import coevolved_dir, synthetic_file
 
