@@ -69,6 +69,11 @@ def add_derived_columns(df: pd.DataFrame) -> pd.DataFrame:
     df["reward_without_done"] = reward_one & ~done_true
     for col in ("action", "state", "next_state", "instruction"):
         df[f"{col}_len"] = df[col].map(_text_len)
+    # object columns: the type expectations then judge each value, not the column's dtype
+    # (one float reward elsewhere in the batch would make a float64 column that fails
+    # every row's "int" check, quarantining valid lines with it)
+    for col in ("step_index", "reward", "done", "valid_action"):
+        df[col] = df[col].astype(object)
     return df
 
 

@@ -598,12 +598,13 @@ class GroundedModel:
         """Up to ``n`` new instructions in ``seed``'s game: an earlier step of a multi-step
         instruction as the goal, or another object this game holds as the thing to get."""
         rng = random.Random(f"{self.settings.seed}:{seed.task_id}:{iteration}")
+        game = seed.parent_task_id if seed.generated and seed.parent_task_id else seed.task_id
         steps = instruction_steps(seed.instruction)
         options: list[str] = []
         if len(steps) > 1:
             options += [" ".join(steps[:j]) for j in range(1, len(steps))]
         target = seed.walkthrough[-1] if seed.walkthrough else ""
-        for obj, where in self.objects_of(seed.task_id):
+        for obj, where in self.objects_of(game):
             if obj.lower() not in target.lower():
                 verb = rng.choice(("Retrieve", "Recover", "Pick up", "Take"))
                 options.append(f"{verb} the {obj} from {where}.")

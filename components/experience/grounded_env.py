@@ -120,8 +120,9 @@ class GroundedVectorEnv:
             if start is not None:
                 return start
         raise KeyError(
-            f"no recorded initial state for task {task.task_id!r} (nor its parent): the "
-            "grounded model only simulates games it has real episodes of"
+            f"no recorded initial state for task {task.task_id!r} (nor its parent "
+            f"{task.parent_task_id!r}): the grounded model only simulates games it has real "
+            "episodes of"
         )
 
     def reset(

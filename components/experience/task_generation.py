@@ -181,7 +181,13 @@ def _initial_states(trajectories: Iterable[Trajectory], task_ids: set[str]) -> d
 
 
 def generated_task(parent: Task, instruction: str) -> Task:
-    """A generated Task: the parent's family/env/difficulty, a stable id, no game file."""
+    """A generated Task: the parent's family/env/difficulty, a stable id, no game file.
+
+    A variant of a generated task is a variant of its real root task (``parent_task_id``
+    always names a real task: the game a synthetic episode starts from).
+    """
+    if parent.generated and parent.parent_task_id is not None:
+        parent = parent.model_copy(update={"task_id": parent.parent_task_id})
     text = " ".join(instruction.split())
     key = stable_id(parent.task_id, text.lower(), n=12)
     return Task(

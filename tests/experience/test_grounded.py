@@ -565,3 +565,23 @@ def test_restart_finished_keeps_the_batch_full(model):
     assert len(env.trajectories(policy="p")) == 3  # the restarted slot's episode is kept
     env.restart_finished(keep=False)  # slot 1 finished: its episode is dropped
     assert len(env.trajectories(policy="p")) == 2 and env.active == [True, True]
+
+
+def test_a_variant_of_a_variant_starts_from_the_real_root_game():
+    from components.experience.task_generation import generated_task
+    from components.schema import Task
+
+    root = Task(
+        task_id="tw-quest-0001",
+        env="textworld",
+        family="quest",
+        difficulty=2,
+        split="train",
+        instruction="Go east. Then take the key.",
+        seed=1,
+        game_file="games/q.z8",
+    )
+    child = generated_task(root, "Go east.")
+    grandchild = generated_task(child, "Take the key.")
+    assert child.parent_task_id == grandchild.parent_task_id == root.task_id
+    assert grandchild.generated and grandchild.task_id != child.task_id

@@ -406,7 +406,7 @@ CONFIG_CASES = {
         r"collect\.episodes\.noisy: Input should be greater than or equal to 0 \(got -1\)",
     ),
     "no_episodes": (
-        dict(overrides={"collect": {"episodes": {"expert": 0, "noisy": 0, "random": 0}}}),
+        dict(overrides={"collect": {"episodes": {"expert": 0, "noisy": 0, "explore": 0}}}),
         "collect: Value error, episodes: at least one policy",
     ),
     "zero_workers": (dict(overrides={"collect": {"workers": 0}}), r"collect\.workers: Input"),

@@ -172,7 +172,8 @@ def test_curriculum_iteration_generates_seeds_variants_and_respects_lambda():
     gen_id = batch.new_generated[0].task_id
     nxt = cur.next_batch(_rollouts({gen_id: 2, "tw-quest-0": 8}), iteration=2)
     assert nxt.metrics["success_generated"] == 0.25 and nxt.seeds == [gen_id]
-    assert nxt.new_generated[0].parent_task_id == gen_id  # variants of variants
+    # a variant of a variant: its parent is the real game the first variant came from
+    assert nxt.new_generated[0].parent_task_id == batch.new_generated[0].parent_task_id
     # ablation: no task generation -> real tasks only
     off = Curriculum(real, cfg, generate_fn=_fake_variants, task_generation=False)
     plain = off.next_batch(rollouts, iteration=1)
