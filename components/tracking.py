@@ -77,15 +77,28 @@ def dvc_md5(path: Path) -> str:
     return hashlib.md5(blob).hexdigest() + ".dir"
 
 
+# what a pipeline run itself rewrites (DVC's lock, metrics, reports): not "uncommitted code"
+_RUN_OUTPUTS = ("dvc.lock", "metrics", "reports", "bench/results")
+
+
 def git_commit(root: Path) -> tuple[str, bool]:
-    """(commit sha or 'unknown', whether the work tree has uncommitted changes)."""
+    """(commit sha or 'unknown', whether tracked files other than the pipeline's own
+    outputs have uncommitted changes)."""
     try:
         sha = subprocess.run(
             ["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, check=True
         ).stdout.strip()
         dirty = bool(
             subprocess.run(
-                ["git", "status", "--porcelain", "--untracked-files=no"],
+                [
+                    "git",
+                    "status",
+                    "--porcelain",
+                    "--untracked-files=no",
+                    "--",
+                    ".",
+                    *(f":(exclude){p}" for p in _RUN_OUTPUTS),
+                ],
                 cwd=root,
                 capture_output=True,
                 text=True,
