@@ -74,7 +74,7 @@ def test_pipeline_produces_data_and_metrics(ran: Path):
     assert metrics["n_quarantined"] == 0
     assert metrics["n_games"]["test"] >= 1
     assert metrics["success_rate"]["expert"] == 1.0
-    assert metrics["success_rate"]["random"] < 1.0
+    assert metrics["success_rate"]["explore"] < 1.0  # random exploration rarely wins
     tasks = [json.loads(x) for x in (ran / "data/tasks/tasks.jsonl").read_text().splitlines()]
     test_ids = {t["task_id"] for t in tasks if t["split"] == "test"}
     for line in (ran / "data/ingested/trajectories.jsonl").read_text().splitlines():
@@ -156,7 +156,7 @@ def test_report_judge_and_drift_are_written(ran: Path):
     report = (ran / "reports" / "report.md").read_text()
     assert "Table 1" in report and (ran / "reports" / "success.png").stat().st_size > 0
     judge = json.loads((ran / "metrics" / "judge.json").read_text())
-    assert {"full", "no_reasoning", "no_history", "no_replay"} <= set(judge)
+    assert "full" in judge  # the pipeline trains the full model (ablations: dvc exp run)
     drift = json.loads((ran / "metrics" / "drift.json").read_text())
     assert set(drift) == {"dreamgym_grpo", "dreamgym_ppo"}
     for run in drift.values():  # the ci model may answer nothing parseable: then no iteration
