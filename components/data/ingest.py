@@ -160,15 +160,16 @@ def _flatten(candidates: list[_Candidate]) -> Any:
             row = {k: step.get(k) for k in step if k not in ("provenance", "admissible_actions")}
             row.update({ROW_ID: len(rows), LINE_ID: line_id, LINE_EPISODE: cand.obj["episode_id"]})
             rows.append(row)
-    df = pd.DataFrame(rows)
-    for col in ("id", "task_id", "env", "episode_id", "step_index", "instruction", "state"):
-        if col not in df:
-            df[col] = None
-    for col in ("action", "next_state", "reward", "done", "valid_action", "source"):
-        if col not in df:
-            df[col] = None
-    # keep Python objects (no numeric coercion) so type expectations see the real values
-    return df.astype(object).where(df.notna(), None)
+    columns = dict.fromkeys(
+        ("id", "task_id", "env", "episode_id", "step_index", "instruction", "state", "action")
+        + ("next_state", "reward", "done", "valid_action", "source")
+    )
+    for row in rows:
+        columns.update(dict.fromkeys(row))
+    # column by column as Python objects: a frame built from the rows would make a numeric
+    # column of a key that some rows lack (reward 1 -> 1.0) and fail their type checks
+    df = pd.DataFrame({c: pd.Series([row.get(c) for row in rows], dtype=object) for c in columns})
+    return df.astype({ROW_ID: int, LINE_ID: int})
 
 
 def _raw_payload(data: bytes) -> dict[str, str]:

@@ -198,26 +198,26 @@ def build_corpus(n_valid: int = 12, n_fuzz: int = 0, seed: int = 0) -> list[Corp
     for key in ("id", "action", "state", "reward", "done", "source", "step_index"):
         bad_step(f"missing_{key}", f"not_be_null({key})", {(0, key): KeyError})
     for case, key, value, reason in (
-        ("reward_str", "reward", "1", "type_list(reward)"),
-        ("reward_float", "reward", 1.0, "type_list(reward)"),
-        ("reward_bool", "reward", True, "bool_as_number"),
-        ("reward_list", "reward", [1], "type_list(reward)"),
-        ("step_index_str", "step_index", "0", "type_list(step_index)"),
-        ("step_index_bool", "step_index", False, "bool_as_number"),
-        ("done_str", "done", "false", "type_list(done)"),
-        ("done_int", "done", 0, "type_list(done)"),
-        ("valid_int", "valid_action", 1, "type_list(valid_action)"),
-        ("state_int", "state", 123, "type_list(state)"),
-        ("state_dict", "state", {"room": "hall"}, "type_list(state)"),
-        ("action_list", "action", ["go", "east"], "type_list(action)"),
-        ("id_dict", "id", {"a": 1}, "type_list(id)"),
-        ("source_other", "source", "imagined", "in_set(source)"),
+        ("reward_str", "reward", "1", "in_set(reward_is_int)"),
+        ("reward_float", "reward", 1.0, "in_set(reward_is_int)"),
+        ("reward_bool", "reward", True, "in_set(reward_is_int)"),
+        ("reward_list", "reward", [1], "in_set(reward_is_int)"),
+        ("step_index_str", "step_index", "0", "in_set(step_index_is_int)"),
+        ("step_index_bool", "step_index", False, "in_set(step_index_is_int)"),
+        ("done_str", "done", "false", "in_set(done_is_bool)"),
+        ("done_int", "done", 0, "in_set(done_is_bool)"),
+        ("valid_int", "valid_action", 1, "in_set(valid_action_is_bool)"),
+        ("state_int", "state", 123, "in_set(state_is_text)"),
+        ("state_dict", "state", {"room": "hall"}, "in_set(state_is_text)"),
+        ("action_list", "action", ["go", "east"], "in_set(action_is_text)"),
+        ("id_dict", "id", {"a": 1}, "in_set(id_is_text)"),
+        ("source_other", "source", "imagined", "in_set(source_known)"),
     ):
         bad_step(case, reason, {(0, key): value})
 
     # -- values ---------------------------------------------------------------------------
-    bad_step("reward_2", "in_set(reward)", {(2, "reward"): 2})
-    bad_step("reward_negative", "in_set(reward)", {(0, "reward"): -1})
+    bad_step("reward_2", "in_set(reward_in_0_1)", {(2, "reward"): 2})
+    bad_step("reward_negative", "in_set(reward_in_0_1)", {(0, "reward"): -1})
     bad_step("action_empty", "between(action_len)", {(1, "action"): ""})
     bad_step("action_huge", "between(action_len)", {(1, "action"): "go " * 5_000})
     bad_step("state_huge", "between(state_len)", {(1, "state"): "s" * (CFG.max_state_chars + 1)})
@@ -225,16 +225,16 @@ def build_corpus(n_valid: int = 12, n_fuzz: int = 0, seed: int = 0) -> list[Corp
     bad_step("instruction_empty", "between(instruction_len)", {(0, "instruction"): ""})
     bad_step("done_early", "done_before_end", {(0, "done"): True})
     bad_step("reward_not_done", "reward_without_done", {(0, "reward"): 1})
-    bad_step("steps_swapped", "step_index=position", {(1, "step_index"): 2, (2, "step_index"): 1})
-    bad_step("step_gap", "step_index=position", {(2, "step_index"): 3})
-    bad_step("step_negative", "step_index=position", {(0, "step_index"): -1})
+    bad_step("steps_swapped", "in_set(step_in_order)", {(1, "step_index"): 2, (2, "step_index"): 1})
+    bad_step("step_gap", "in_set(step_in_order)", {(2, "step_index"): 3})
+    bad_step("step_negative", "in_set(step_in_order)", {(0, "step_index"): -1})
     data, eid = _step_edit(ids, {(1, "id"): "dup-in-episode", (2, "id"): "dup-in-episode"})
-    add("dup_transition_id", data, QUARANTINE, "be_unique(id)", eid)
-    bad_step("step_of_other_episode", "episode_id=line_episode_id", {(1, "episode_id"): "other"})
+    add("dup_transition_id", data, QUARANTINE, "be_unique(id_key)", eid)
+    bad_step("step_of_other_episode", "in_set(episode_matches_line)", {(1, "episode_id"): "other"})
     t = ids.traj()
     reversed_obj = _obj(t)
     reversed_obj["steps"].reverse()
-    add("steps_reversed", _dump(reversed_obj), QUARANTINE, "step_index=position", t.episode_id)
+    add("steps_reversed", _dump(reversed_obj), QUARANTINE, "in_set(step_in_order)", t.episode_id)
 
     # -- schema (pydantic, after the suite) -----------------------------------------------
     bad_step("extra_step_key", "schema: steps.0.colour", {(0, "colour"): "red"})

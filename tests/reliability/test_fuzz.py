@@ -160,16 +160,11 @@ def batches(draw) -> list[tuple[str, bytes]]:
     return out
 
 
-@pytest.mark.xfail(
-    run=False,
-    reason="open (issue 21): a batch holding a line whose reward has a wrong type can make "
-    "GX's type-list check quarantine valid lines too; ~10 min on 2 cores while it shrinks",
-)
 def test_fuzz_ingest_batches_lose_nothing(tmp_path_factory: pytest.TempPathFactory) -> None:
     """Whole ingestions: no exception, every line in one place, every valid line ingested."""
     counts = {"batches": 0, "lines": 0, "ingested": 0, "quarantined": 0}
 
-    @fuzz(10)
+    @fuzz(40)
     @given(batches())
     def check(batch: list[tuple[str, bytes]]) -> None:
         tmp = tmp_path_factory.mktemp("fuzz")

@@ -73,11 +73,11 @@ def test_malformed_rows_are_quarantined_with_reasons_and_valid_rows_kept(tmp_pat
     assert all(r["reasons"] for r in rows)
     reasons = " | ".join(" ; ".join(r["reasons"]) for r in rows)
     for needle in (
-        "expect_column_values_to_be_in_type_list(reward)",
-        "expect_column_values_to_be_in_set(reward)",
+        "expect_column_values_to_be_in_set(reward_is_int)",
+        "expect_column_values_to_be_in_set(reward_in_0_1)",
         "expect_column_values_to_not_be_null(action)",
         "expect_column_values_to_be_between(action_len)",
-        "expect_column_pair_values_to_be_equal(step_index=position)",
+        "expect_column_values_to_be_in_set(step_in_order)",
         "expect_column_values_to_be_in_set(done_before_end)",
         "expect_column_values_to_be_between(state_len)",
         "schema: steps.0.colour",
