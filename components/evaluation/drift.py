@@ -145,23 +145,38 @@ def embedding_features(
     return ref, cur
 
 
+def reference_features(
+    real: Sequence[Transition],
+    cfg: DriftConfig,
+    embedder: Embedder | None = None,
+    vocabulary: frozenset[str] | None = None,
+) -> tuple[Any, np.ndarray | None, frozenset[str]]:
+    """(frame, embeddings, vocabulary) of the real side: computed once per run."""
+    import pandas as pd
+
+    vocab = vocabulary if vocabulary is not None else real_vocabulary(real, cfg.min_vocab_episodes)
+    rows = _subsample(real, cfg.max_rows, cfg.seed)
+    frame = pd.DataFrame([text_features(t, vocab) for t in rows])
+    vecs = embedder.embed([t.next_state for t in rows]) if embedder is not None and rows else None
+    return frame, vecs, vocab
+
+
 def feature_frames(
     real: Sequence[Transition],
     synthetic: Sequence[Transition],
     cfg: DriftConfig,
     embedder: Embedder | None = None,
     vocabulary: frozenset[str] | None = None,
+    reference: tuple[Any, np.ndarray | None, frozenset[str]] | None = None,
 ) -> tuple[Any, Any]:
     """(reference, current) pandas frames of the drift features (seeded subsamples)."""
     import pandas as pd
 
-    vocab = vocabulary if vocabulary is not None else real_vocabulary(real, cfg.min_vocab_episodes)
-    ref_rows = _subsample(real, cfg.max_rows, cfg.seed)
+    ref, ref_vecs, vocab = reference or reference_features(real, cfg, embedder, vocabulary)
+    ref = ref.copy()
     cur_rows = _subsample(synthetic, cfg.max_rows, cfg.seed)
-    ref = pd.DataFrame([text_features(t, vocab) for t in ref_rows])
     cur = pd.DataFrame([text_features(t, vocab) for t in cur_rows])
-    if embedder is not None and ref_rows and cur_rows:
-        ref_vecs = embedder.embed([t.next_state for t in ref_rows])
+    if embedder is not None and ref_vecs is not None and cur_rows:
         cur_vecs = embedder.embed([t.next_state for t in cur_rows])
         ref_emb, cur_emb = embedding_features(ref_vecs, cur_vecs, cfg.embedding_components)
         for name in ref_emb:
@@ -222,9 +237,15 @@ def run_drift(
     *,
     embedder: Embedder | None = None,
     vocabulary: frozenset[str] | None = None,
+    reference: tuple[Any, np.ndarray | None, frozenset[str]] | None = None,
+    html_only_if_drifted: bool = False,
 ) -> dict[str, Any]:
-    """Evidently drift report of synthetic vs real transitions: summary dict (+ HTML file)."""
-    ref, cur = feature_frames(real, synthetic, cfg, embedder, vocabulary)
+    """Evidently drift report of synthetic vs real transitions: summary dict (+ HTML file).
+
+    ``reference``: ``reference_features`` of ``real``, reused across calls.
+    ``html_only_if_drifted``: write the HTML only when the drift flag is raised.
+    """
+    ref, cur = feature_frames(real, synthetic, cfg, embedder, vocabulary, reference)
     summary: dict[str, Any] = {
         "n_reference": len(ref),
         "n_current": len(cur),
@@ -261,7 +282,9 @@ def run_drift(
     data = snap.dict()
     share, count = _drift_share(data)
     features = _test_verdicts(data)
-    if html_path is not None:
+    drifted = share >= cfg.drift_share
+    # one report is ~4 MB and ~1 s to render: an undrifted middle iteration needs neither
+    if html_path is not None and (drifted or not html_only_if_drifted):
         html_path.parent.mkdir(parents=True, exist_ok=True)
         snap.save_html(str(html_path))
         summary["html"] = str(html_path)
@@ -270,7 +293,7 @@ def run_drift(
         "drift_share": share,
         "n_drifted": count,
         "n_features": len(features),
-        "drifted": share >= cfg.drift_share,
+        "drifted": drifted,
         "threshold_share": cfg.drift_share,
         "features": features,
     }
@@ -292,18 +315,29 @@ def drift_by_iteration(
     *,
     embedder: Embedder | None = None,
 ) -> dict[str, Any]:
-    """One report per iteration (``out_dir/drift_iter<k>.html``); summaries + overall flag."""
-    vocab = real_vocabulary(real, cfg.min_vocab_episodes)
+    """One report per iteration; summaries + overall flag.
+
+    The HTML (``out_dir/drift_iter<k>.html``) is kept for the first, the last and every
+    flagged iteration; the others say why they have none (``report_note``).
+    """
+    reference = reference_features(real, cfg, embedder)
+    groups = by_iteration(synthetic)
+    ends = {min(groups, default=0), max(groups, default=0)}
     iterations: dict[str, Any] = {}
-    for it, rows in by_iteration(synthetic).items():
-        iterations[str(it)] = run_drift(
+    for it, rows in groups.items():
+        result = run_drift(
             real,
             rows,
             cfg,
             out_dir / f"drift_iter{it}.html",
             embedder=embedder,
-            vocabulary=vocab,
+            reference=reference,
+            html_only_if_drifted=it not in ends,
         )
+        if result.get("drift_share") is not None and "html" not in result:
+            result["html"] = None
+            result["report_note"] = "not kept (no drift; first, last and flagged iterations are)"
+        iterations[str(it)] = result
     flags = [r["drifted"] for r in iterations.values() if r.get("drifted") is not None]
     return {
         "iterations": iterations,

@@ -48,23 +48,6 @@ def drift_index(paths: Paths) -> Path:
     return reports_dir(paths) / DRIFT_INDEX
 
 
-def prune_reports(result: dict[str, Any]) -> None:
-    """Keep the Evidently HTML of the first, the last and every flagged iteration only.
-
-    One report is about 4 MB (Evidently embeds its JavaScript): all of them for 20
-    iterations x 2 algorithms would put 160 MB per run into the DVC cache and MLflow; the
-    metrics of every iteration stay in drift.json and the summary page.
-    """
-    its = result["iterations"]
-    keys = list(its)
-    for i, key in enumerate(keys):
-        r = its[key]
-        if r.get("html") and not r.get("drifted") and 0 < i < len(keys) - 1:
-            Path(r["html"]).unlink(missing_ok=True)
-            r["html"] = None
-            r["report_note"] = "not kept (no drift; first, last and flagged iterations are)"
-
-
 def replay_recorded_actions(
     cfg: Config, paths: Paths, variant: str, episodes: list[Trajectory]
 ) -> tuple[list[Trajectory], dict[str, float]]:
@@ -234,7 +217,6 @@ def drift(cfg: Config, paths: Paths) -> dict[str, Any]:
                 out_dir / f.stem,
                 embedder=make_drift_embedder(cfg.drift),
             )
-            prune_reports(result)
             results[f.stem] = result
             # an empty run (every answer malformed) says so instead of looking drift-free
             metrics[f.stem] = {

@@ -182,16 +182,18 @@ def test_index_page_links_each_iteration_report_and_flags_drift(tmp_path: Path):
     assert "skipped: fewer than 5 transitions" in text
 
 
-def test_drift_stage_keeps_reports_of_first_last_and_flagged_iterations(tmp_path: Path):
-    from components.stages.evaluation import prune_reports
-
-    its = {}
-    for it, drifted in enumerate([False, False, True, False, False]):
-        html = tmp_path / f"drift_iter{it}.html"
-        html.write_text("<html>")
-        its[str(it)] = {"drift_share": 0.1, "drifted": drifted, "html": str(html)}
-    prune_reports({"iterations": its})
+def test_only_first_last_and_flagged_iterations_keep_an_html_report(tmp_path: Path):
+    real = real_transitions()
+    synthetic = [
+        *as_synthetic(real, 1),
+        *as_synthetic(real, 2),
+        *shifted(real, 3),
+        *as_synthetic(real, 4),
+    ]
+    res = drift_by_iteration(real, synthetic, CFG, tmp_path, embedder=make_drift_embedder(CFG))
     kept = sorted(p.name for p in tmp_path.glob("*.html"))
-    assert kept == ["drift_iter0.html", "drift_iter2.html", "drift_iter4.html"]
-    assert its["1"]["html"] is None and "not kept" in its["1"]["report_note"]
-    assert its["2"]["html"] == str(tmp_path / "drift_iter2.html")
+    assert kept == ["drift_iter1.html", "drift_iter3.html", "drift_iter4.html"]
+    its = res["iterations"]
+    assert its["2"]["html"] is None and "not kept" in its["2"]["report_note"]
+    assert its["2"]["drift_share"] == 0.0  # its metrics are still there
+    assert its["3"]["html"] == str(tmp_path / "drift_iter3.html")

@@ -384,12 +384,18 @@ def test_class_balanced_regression_finds_a_rare_class():
     single = np.concatenate([lr.proba(x[i : i + 1]) for i in range(50)])
     assert np.array_equal(single, p[:50])  # a row's score does not depend on its batch
     threshold, f1 = best_f1_threshold(p, y.astype(int))
-    assert 0.05 <= threshold <= 0.95 and f1 > 0.5
+    assert 0.0 < threshold < 1.0 and f1 > 0.5
     assert best_f1_threshold(p, np.zeros(len(p), int)) == (0.5, 0.0)
 
 
+def test_the_threshold_is_the_middle_of_the_best_f1_plateau():
+    # every threshold in (0.3, 0.98] separates perfectly: not the plateau's lower edge
+    threshold, f1 = best_f1_threshold(np.array([0.99, 0.98, 0.3, 0.2]), np.array([1, 1, 0, 0]))
+    assert f1 == 1.0 and 0.6 < threshold < 0.95
+
+
 def test_the_won_classifier_rewards_the_last_step_of_an_unseen_game(model):
-    assert 0.05 <= model.won_threshold <= 0.95
+    assert 0.0 < model.won_threshold < 1.0
     task = _task(5)  # never fitted on: no replay, the classifiers decide
     game, history, state = _play_until(5, ["go east", "take bell", "go west"])
     mem = _memory(task, history)
