@@ -1,0 +1,238 @@
+"""Sections of the agent policy: SFT/DPO baselines, evaluation, scorer, RL (GRPO, PPO)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from components.config.base import (
+    Bf16,
+    EvalLossExamples,
+    GradAccum,
+    LearningRate,
+    LoggingSteps,
+    LoRAAlpha,
+    LoRARank,
+    OptimizerSteps,
+    SaveSteps,
+    TrainMinutes,
+    UseLoRA,
+    WarmupRatio,
+    WeightDecay,
+    _Section,
+)
+
+
+class PolicySFTConfig(_Section):
+    """SFT baseline: behaviour cloning on successful offline train-split trajectories."""
+
+    policies: tuple[Literal["expert", "noisy", "random"], ...] = Field(
+        ("expert",),
+        description="lm policy: collecting policies whose successful episodes are cloned "
+        "(the scoring policy always clones the expert)",
+    )
+    skip_invalid: bool = Field(True, description="drop steps whose action was inadmissible")
+    max_train_examples: int | None = Field(
+        None, ge=1, description="seeded subset of the SFT examples (None = all)"
+    )
+    eval_loss_examples: EvalLossExamples = 32
+    epochs: float = Field(1.0, gt=0, description="passes over the examples")
+    max_steps: OptimizerSteps = -1
+    max_train_minutes: TrainMinutes = None
+    learning_rate: LearningRate = 1e-3
+    batch_size: int = Field(8, ge=1, description="sequences (scorer: decisions) per step")
+    grad_accum: GradAccum = 1
+    warmup_ratio: WarmupRatio = 0.05
+    weight_decay: WeightDecay = 0.0
+    logging_steps: LoggingSteps = 10
+    save_steps: SaveSteps = 100
+
+
+class PolicyDPOConfig(_Section):
+    """DPO baseline: preferred vs rejected actions from the same offline state."""
+
+    max_rejected_per_state: int = Field(
+        3, ge=1, description="rejected actions paired with one state's chosen action"
+    )
+    max_pairs: int | None = Field(None, ge=1, description="seeded subset of pairs (None = all)")
+    beta: float = Field(0.1, gt=0, description="strength of the pull to the SFT reference")
+    loss_type: Literal["sigmoid", "ipo", "hinge"] = Field("sigmoid", description="DPO loss")
+    epochs: float = Field(1.0, gt=0, description="passes over the pairs")
+    max_steps: OptimizerSteps = -1
+    max_train_minutes: TrainMinutes = None
+    learning_rate: LearningRate = 1e-4
+    batch_size: int = Field(8, ge=1, description="pairs per device step")
+    grad_accum: GradAccum = 1
+    warmup_ratio: WarmupRatio = 0.05
+    logging_steps: LoggingSteps = 10
+    save_steps: SaveSteps = 100
+
+
+class PolicyEvalConfig(_Section):
+    """Evaluation of a policy on the held-out real test tasks.
+
+    Every training seed's policy plays every test task once sampled (the headline, with
+    the seed as sampling seed) and, with ``greedy``, once greedily.
+    """
+
+    temperature: float = Field(
+        1.0, gt=0, description="sampling temperature of the headline (sampled) episodes"
+    )
+    greedy: bool = Field(True, description="also play every task greedily and report it")
+    max_new_tokens: int = Field(64, ge=8, description="generation cap per decision")
+    gen_batch_size: int = Field(16, ge=1, description="prompts per generate call")
+    parallel_envs: int = Field(8, ge=1, description="episodes stepped together (one env each)")
+
+
+class ScorerConfig(_Section):
+    """The command-scoring policy (agent.policy = scorer): frozen encoder + small head."""
+
+    embedder: Literal["wordllama", "minilm"] = Field(
+        "wordllama", description="frozen text encoder (packaged weights, no download)"
+    )
+    dim: int = Field(128, ge=16, description="embedding width kept (Matryoshka truncation)")
+    hidden: int = Field(256, ge=8, description="width of the scoring head")
+    design: Literal["full", "embeddings"] = Field(
+        "full",
+        description="full: embeddings + the agent's episode memory (instruction pointer, "
+        "rooms and commands tried); embeddings: text embeddings only",
+    )
+
+
+class AgentConfig(_Section):
+    """The agent policy: base model, prompt shape, SFT/DPO baselines and evaluation."""
+
+    policy: Literal["scorer", "lm"] = Field(
+        "scorer",
+        description="scorer: softmax over admissible commands scored by a small head on a "
+        "frozen encoder (cpu); lm: a causal LM answering <think>/<action> (gpu)",
+    )
+    seeds: tuple[int, ...] = Field(
+        (0,), min_length=1, description="training seeds of every policy method (Table 1)"
+    )
+    workers: int = Field(2, ge=1, description="seeds trained / evaluated in parallel processes")
+    scorer: ScorerConfig = ScorerConfig()
+    model: str = Field(
+        "tiny", description="tiny (from a config) | smollm2 (packaged GGUF) | hub name/path"
+    )
+    tiny_preset: Literal["nano", "micro", "mini", "small"] = Field(
+        "micro", description="size preset of the from-scratch model (model=tiny)"
+    )
+    vocab_size: int = Field(2048, ge=300, description="BPE vocabulary trained for model=tiny")
+    history_len: int = Field(2, ge=0, description="previous (action, feedback) steps shown")
+    with_reasoning: bool = Field(True, description="answer <think>...</think> before <action>")
+    show_admissible: bool = Field(True, description="show the admissible actions, if known")
+    max_admissible: int = Field(40, ge=1, description="admissible actions shown at most")
+    max_length: int = Field(
+        1024, ge=64, description="max prompt+answer tokens; longer examples are dropped"
+    )
+    bf16: Bf16 = None
+    lora: UseLoRA = False
+    lora_r: LoRARank = 16
+    lora_alpha: LoRAAlpha = 32
+    seed: int = Field(0, description="data subsets, init and training seed")
+    sft: PolicySFTConfig = PolicySFTConfig()
+    dpo: PolicyDPOConfig = PolicyDPOConfig()
+    eval: PolicyEvalConfig = PolicyEvalConfig()
+
+
+class RLAlgoConfig(_Section):
+    """Settings shared by multi-turn GRPO and PPO (components/agent/rl.py)."""
+
+    iterations: int = Field(10, ge=0, description="rollout + update rounds in total (resumable)")
+    tasks_per_iteration: int = Field(4, ge=1, description="distinct tasks per round")
+    rollouts_per_task: int = Field(4, ge=1, description="episodes per task per round (GRPO: n)")
+    learning_rate: float = Field(1e-5, gt=0, description="AdamW learning rate of the policy")
+    weight_decay: float = Field(0.0, ge=0, description="AdamW weight decay")
+    beta: float = Field(0.001, ge=0, description="KL coefficient to the reference (0 = none)")
+    entropy_coef: float = Field(
+        0.0, ge=0, description="entropy bonus per completion token (0 = none)"
+    )
+    kl_ratio_correction: bool = Field(
+        True, description="weight the k3 KL by the ratio (samples are old-policy; TRL default)"
+    )
+    clip_low: float = Field(0.2, gt=0, lt=1, description="ratio clip below 1 (1 - clip_low)")
+    clip_high: float = Field(0.2, gt=0, description="ratio clip above 1 (DAPO: 0.28)")
+    epochs: int = Field(1, ge=1, description="passes over each rollout batch")
+    minibatch_size: int | None = Field(
+        None, ge=1, description="turns per optimizer step (null = whole batch, one step/epoch)"
+    )
+    micro_batch_size: int = Field(8, ge=1, description="turns per forward pass (memory only)")
+    aggregation: Literal["token", "sequence"] = Field(
+        "token", description="token: mean over completion tokens; sequence: mean of turn means"
+    )
+    max_grad_norm: float = Field(1.0, gt=0, description="gradient clipping (global norm)")
+    temperature: float = Field(1.0, gt=0, description="sampling temperature (log-probs too)")
+    max_new_tokens: int = Field(64, ge=1, description="completion token cap per decision")
+    max_turns: int | None = Field(
+        None, ge=1, description="safety cap on turns per episode (the env's limit comes first)"
+    )
+    max_real_steps: int | None = Field(
+        None, ge=0, description="stop after the round that reaches this real-step budget"
+    )
+    save_every: int = Field(5, ge=1, description="checkpoint every N rounds (and at the end)")
+    keep_checkpoints: int = Field(2, ge=1, description="checkpoints kept on disk")
+    max_train_minutes: float | None = Field(
+        None, gt=0, description="stop (after a checkpoint) once this wall-clock budget is spent"
+    )
+    task_sampling: Literal["uniform", "variance"] = Field(
+        "variance",
+        description="uniform: a seeded sample of the train tasks per round; variance: tasks "
+        "weighted by the reward variance of their recent rollouts (components/curriculum)",
+    )
+    seed: int = Field(0, description="task sampling, sampling and shuffling seed (per run)")
+    seeds: list[int] | None = Field(
+        None,
+        min_length=1,
+        description="training seeds of this algorithm's runs (real, DreamGym, S2R), a subset "
+        "of agent.seeds (each starts from that seed's SFT policy); null = agent.seeds",
+    )
+
+
+class GRPOConfig(RLAlgoConfig):
+    """Multi-turn GRPO: group-relative outcome advantages (components/agent/grpo.py)."""
+
+    rollouts_per_task: int = Field(4, ge=2, description="the group size n (>= 2)")
+    scale_rewards: bool = Field(True, description="divide centred rewards by the group's std")
+    drop_zero_std_groups: bool = Field(
+        True, description="skip groups whose rewards are all equal (no signal; DAPO's filter)"
+    )
+
+
+class PPOConfig(RLAlgoConfig):
+    """Multi-turn PPO: value head, GAE over turns (components/agent/ppo.py)."""
+
+    rollouts_per_task: int = Field(1, ge=1, description="episodes per task per round")
+    epochs: int = Field(2, ge=1, description="passes over each rollout batch")
+    minibatch_size: int | None = Field(16, ge=1, description="turns per optimizer step")
+    gamma: float = Field(1.0, ge=0, le=1, description="discount per turn")
+    lam: float = Field(0.95, ge=0, le=1, description="GAE lambda")
+    vf_coef: float = Field(0.5, ge=0, description="weight of the value loss")
+    value_clip: float = Field(0.2, gt=0, description="clip of V around the old value")
+    value_learning_rate: float = Field(1e-3, gt=0, description="learning rate of the value head")
+    normalize_advantages: bool = Field(
+        True, description="standardise advantages (within groups when grouped)"
+    )
+
+
+class RLConfig(_Section):
+    """Agent RL (GRPO and PPO), real or synthetic env."""
+
+    grpo: GRPOConfig = GRPOConfig()
+    ppo: PPOConfig = PPOConfig()
+    s2r_real_fraction: float = Field(
+        0.1,
+        ge=0,
+        le=1,
+        description="sim-to-real cap: this share of the real steps the real-env run used",
+    )
+    s2r_tasks_per_iteration: int | None = Field(
+        None, ge=1, description="sim-to-real rounds' task batch (None: the algorithm's own)"
+    )
+    dreamgym_iterations: int | None = Field(
+        None,
+        ge=1,
+        description="rounds of RL in the synthetic env (None: the algorithm's own); synthetic "
+        "steps cost no real interaction and ~10x less time",
+    )

@@ -1,0 +1,37 @@
+"""The frozen, strict base of every config section and field types shared by sections."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+# Training fields repeated verbatim (type, bounds, description) in ExperienceConfig,
+# AgentConfig and the policy's SFT/DPO sections: one definition each, the default stays at
+# the use site. Annotated aliases, not a shared base class: a base class would move these
+# fields first and reorder model_dump, the logged params and the JSON schema.
+LearningRate = Annotated[float, Field(gt=0)]
+OptimizerSteps = Annotated[int, Field(ge=-1, description="optimizer steps (-1 = use epochs)")]
+TrainMinutes = Annotated[
+    float | None,
+    Field(gt=0, description="stop training (and save) after this wall-clock budget"),
+]
+GradAccum = Annotated[int, Field(ge=1, description="gradient accumulation steps")]
+WarmupRatio = Annotated[float, Field(ge=0, lt=1)]
+WeightDecay = Annotated[float, Field(ge=0)]
+LoggingSteps = Annotated[int, Field(ge=1)]
+SaveSteps = Annotated[int, Field(ge=1, description="checkpoint interval (resume after a kill)")]
+EvalLossExamples = Annotated[
+    int, Field(ge=0, description="validation examples for the teacher-forced eval loss")
+]
+Bf16 = Annotated[
+    bool | None, Field(description="bf16 autocast (None = on a CUDA GPU that supports it)")
+]
+UseLoRA = Annotated[bool, Field(description="train LoRA adapters (merged before saving)")]
+LoRARank = Annotated[int, Field(ge=1)]
+LoRAAlpha = Annotated[int, Field(ge=1)]
