@@ -9,10 +9,12 @@ can be checked against the true simulator (fidelity: eps_R, eps_P).
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
-from components.schema import Task
+from components.schema import Task, write_jsonl
 
 # info keys shared by every env (no magic strings elsewhere)
 ADMISSIBLE = "admissible_actions"  # list[str] | None: actions the env accepts now
@@ -20,6 +22,8 @@ VALID = "valid_action"  # bool: was the last action admissible
 WON = "won"  # bool: task completed
 LOST = "lost"  # bool: the game is lost (dead end)
 FEEDBACK = "feedback"  # str: the env's direct response to the last action
+
+TASKS_FILE = "tasks.jsonl"  # every env's task suite, in the generate-tasks stage's out dir
 
 
 class EnvError(RuntimeError):
@@ -68,3 +72,11 @@ class ReplayableEnv(Env, Protocol):
     def replay(self, task: Task, action_prefix: list[str], action: str) -> StepResult:
         """Restore the state reached by ``action_prefix`` from reset, apply ``action``."""
         ...
+
+
+def write_task_suite(out_dir: Path, tasks: list[Task]) -> None:
+    """Write ``out_dir/tasks.jsonl`` whole or not at all (a temporary file, then a rename)."""
+    tasks_file = Path(out_dir) / TASKS_FILE
+    tmp = tasks_file.with_name(TASKS_FILE + ".tmp")
+    write_jsonl(tmp, tasks)
+    os.replace(tmp, tasks_file)

@@ -15,19 +15,17 @@ MiniWoB's utterance, ``walkthrough`` = the expert's winning actions (None if it 
 from __future__ import annotations
 
 import logging
-import os
 import time
 from pathlib import Path
 
 from components.config import Config
-from components.envs.base import EnvError
+from components.envs.base import EnvError, write_task_suite
 from components.envs.miniwob_env import EXPERTS, MiniWoBEnv
-from components.schema import Split, Task, stable_id, write_jsonl
+from components.schema import Split, Task, stable_id
 
 log = logging.getLogger(__name__)
 
 ENV_NAME = "miniwob"
-TASKS_FILE = "tasks.jsonl"
 SUITE_VERSION = "mw-suite-1"  # part of every task id: bump when the recipe changes
 SPLITS: tuple[Split, ...] = ("train", "validation", "test")
 SEED_RANGE = 1_000_000  # split k draws its seeds from [k * SEED_RANGE, (k + 1) * SEED_RANGE)
@@ -111,9 +109,6 @@ def generate_task_suite(cfg: Config, out_dir: Path, progress: bool = True) -> li
             )
     finally:
         env.close()
-    tasks_file = out_dir / TASKS_FILE
-    tmp = tasks_file.with_name(TASKS_FILE + ".tmp")
-    write_jsonl(tmp, tasks)
-    os.replace(tmp, tasks_file)
+    write_task_suite(out_dir, tasks)
     log.info("miniwob suite: %d tasks in %.1f s", len(tasks), time.perf_counter() - start)
     return tasks

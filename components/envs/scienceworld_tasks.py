@@ -15,20 +15,18 @@ description. Written to ``out_dir/tasks.jsonl``.
 from __future__ import annotations
 
 import logging
-import os
 import random
 import time
 from pathlib import Path
 
 from components.config import Config
-from components.envs.base import EnvError
+from components.envs.base import EnvError, write_task_suite
 from components.envs.scienceworld_env import ScienceWorldEnv
-from components.schema import Split, Task, stable_id, write_jsonl
+from components.schema import Split, Task, stable_id
 
 log = logging.getLogger(__name__)
 
 ENV_NAME = "scienceworld"
-TASKS_FILE = "tasks.jsonl"
 SUITE_VERSION = "sw-suite-1"  # part of every task id: bump when the recipe changes
 SPLITS: tuple[Split, ...] = ("train", "validation", "test")
 
@@ -116,9 +114,6 @@ def generate_task_suite(cfg: Config, out_dir: Path, progress: bool = True) -> li
     finally:
         bar.close()
         env.close()
-    tasks_file = out_dir / TASKS_FILE
-    tmp = tasks_file.with_name(TASKS_FILE + ".tmp")
-    write_jsonl(tmp, tasks)
-    os.replace(tmp, tasks_file)
+    write_task_suite(out_dir, tasks)
     log.info("scienceworld suite: %d tasks in %.1f s", len(tasks), time.perf_counter() - start)
     return tasks

@@ -38,12 +38,12 @@ from pathlib import Path
 from typing import Any
 
 from components.config import Config, TaskFamilyConfig
-from components.schema import Split, Task, read_jsonl, stable_id, write_jsonl
+from components.envs.base import TASKS_FILE, write_task_suite
+from components.schema import Split, Task, read_jsonl, stable_id
 
 log = logging.getLogger(__name__)
 
 ENV_NAME = "textworld"
-TASKS_FILE = "tasks.jsonl"
 GAMES_DIR = "games"
 GAME_EXT = ".z8"
 META_SUFFIX = ".meta.json"
@@ -369,10 +369,7 @@ def generate_task_suite(
     long = [t.task_id for t in tasks if len(t.walkthrough or []) > cfg.env.max_steps]
     if long:
         log.warning("%d games need more than env.max_steps steps: %s", len(long), long)
-    tasks_file = out_dir / TASKS_FILE
-    tmp = tasks_file.with_name(TASKS_FILE + ".tmp")
-    write_jsonl(tmp, tasks)
-    os.replace(tmp, tasks_file)
+    write_task_suite(out_dir, tasks)
     return tasks
 
 

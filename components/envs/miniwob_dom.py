@@ -1,0 +1,210 @@
+"""MiniWoB's DOM info as the abstract state's elements, and the text actions over them.
+
+Pure functions (no browser): ``extract_elements`` picks the relevant elements of the task
+area from ``core.getDOMInfo()``, ``render_state`` renders them as ``[id] type: text``
+lines, ``parse_action`` parses a text action strictly and ``admissible_actions`` lists the
+actions offered in a state.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from components.envs.episodic import collapse
+
+MAX_TEXT = 60  # characters of an element's text shown in the state
+MAX_ADMISSIBLE = 40
+
+_CLICK = re.compile(r"^click \[(-?\d+)\]$")
+_TEXT_ARG = re.compile(r'^(type|select) \[(-?\d+)\] "(.*)"$', re.DOTALL)
+_PRESS = re.compile(r"^press \[(-?\d+)\] ([A-Za-z]+)$")
+_QUOTED = re.compile(r'"([^"]+)"')
+
+TEXT_INPUTS = ("textbox", "password", "textarea", "number", "email", "search", "date", "time")
+_INPUT_TYPES = {
+    "input_text": "textbox",
+    "input_password": "password",
+    "input_number": "number",
+    "input_email": "email",
+    "input_search": "search",
+    "input_date": "date",
+    "input_time": "time",
+    "input_checkbox": "checkbox",
+    "input_radio": "radio",
+    "input_submit": "button",
+    "input_button": "button",
+    "textarea": "textarea",
+    "select": "select",
+    "button": "button",
+    "a": "link",
+}
+_SKIP_IDS = {"query", "reward-display", "sync-task-cover", "click-canvas"}
+
+
+@dataclass(frozen=True)
+class Element:
+    """One element shown in the abstract state."""
+
+    ref: int
+    kind: str  # textbox, password, checkbox, radio, select, button, link, folder, ...
+    text: str
+    value: str | None = None  # text fields: the value; checkbox/radio: "true"/"false"
+    options: tuple[str, ...] = ()  # select: its options
+    classes: str = ""
+    interactive: bool = True
+
+    def render(self) -> str:
+        """``[id] type: text``."""
+        if self.kind in TEXT_INPUTS:
+            label = f"{self.text} " if self.text else ""
+            body = f'{label}"{self.value or ""}"'
+        elif self.kind in ("checkbox", "radio"):
+            body = f"{self.text} ({'checked' if self.value == 'true' else 'unchecked'})"
+        elif self.kind == "select":
+            chosen = self.value or ""
+            body = f'"{chosen}" (options: {" | ".join(self.options)})'
+        else:
+            body = self.text
+        return f"[{self.ref}] {self.kind}: {body}"
+
+    @property
+    def checked(self) -> bool:
+        """A checkbox or radio that is on."""
+        return self.value == "true"
+
+
+def _text_of(node: dict[str, Any]) -> str:
+    if node.get("text"):
+        return collapse(str(node["text"]))
+    return collapse(" ".join(_text_of(c) for c in node.get("children", [])))
+
+
+def extract_elements(root: dict[str, Any], selects: dict[str, Any], limit: int) -> list[Element]:
+    """The relevant elements of the task area from MiniWoB's DOM info, in page order:
+    interactive ones first, then static text, at most ``limit``."""
+    interactive: list[Element] = []
+    static: list[Element] = []
+
+    def label_for(node: dict[str, Any], parent: dict[str, Any] | None) -> str:
+        if parent is None:
+            return ""
+        siblings = parent.get("children", [])
+        if parent.get("tag", "").lower() == "label":  # <label><input>text</label>
+            return collapse(" ".join(_text_of(s) for s in siblings if s is not node))
+        i = next((k for k, s in enumerate(siblings) if s is node), -1)
+        if i > 0 and siblings[i - 1].get("tag", "").lower() == "label":
+            return _text_of(siblings[i - 1])
+        return ""
+
+    def visit(node: dict[str, Any], parent: dict[str, Any] | None, in_area: bool) -> None:
+        if node.get("id") in _SKIP_IDS:
+            return
+        in_area = in_area or node.get("id") == "area"
+        tag = str(node.get("tag", "")).lower()
+        classes = str(node.get("classes") or "")
+        ref = int(node.get("ref", 0))
+        kind = _INPUT_TYPES.get(tag)
+        text = _text_of(node)[:MAX_TEXT]
+        if in_area and kind is not None:
+            value = node.get("value")
+            options: tuple[str, ...] = ()
+            if kind == "select":
+                opts, index = selects.get(str(ref), ([], -1))
+                options = tuple(str(o) for o in opts)
+                value = options[index] if 0 <= index < len(options) else ""
+            elif kind in ("checkbox", "radio"):
+                value = "true" if value else "false"
+                text = label_for(node, parent)
+            elif kind in TEXT_INPUTS:
+                text = label_for(node, parent)
+            interactive.append(
+                Element(ref, kind, text, None if value is None else str(value), options, classes)
+            )
+            return
+        if in_area and "hitarea" in classes and parent is not None:
+            folder = next(
+                (c for c in parent["children"] if c.get("tag", "").lower() == "span"), None
+            )
+            name = _text_of(folder) if folder else ""
+            state = "collapsed" if "expandable" in classes else "expanded"
+            interactive.append(Element(ref, "toggle", f"{name} ({state})", classes=classes))
+            return
+        if in_area and tag == "span" and ("folder" in classes or "file" in classes):
+            kind = "folder" if "folder" in classes else "file"
+            interactive.append(Element(ref, kind, text, classes=classes))
+            return
+        if tag == "li" and "ui-menu-item" in classes:  # jQuery UI autocomplete / menus
+            interactive.append(Element(ref, "option", text, classes=classes))
+            return
+        children = node.get("children", [])
+        if in_area and not children and text and tag not in ("label",) and ref > 0:
+            static.append(Element(ref, "text", text, classes=classes, interactive=False))
+            return
+        if in_area and not children and text and tag == "t":
+            static.append(Element(ref, "text", text, classes=classes, interactive=False))
+            return
+        for child in children:
+            visit(child, node, in_area)
+
+    visit(root, None, False)
+    # label elements of inputs are already shown with their input
+    labels = {e.text for e in interactive if e.kind in (*TEXT_INPUTS, "checkbox", "radio")}
+    static = [e for e in static if e.text not in labels]
+    return (interactive + static)[:limit]
+
+
+def render_state(elements: list[Element], feedback: str) -> str:
+    """The abstract state: one ``[id] type: text`` line per element, then the feedback."""
+    lines = [e.render() for e in elements] or ["(no elements)"]
+    return "\n".join([*lines, f"Feedback: {feedback}"])
+
+
+@dataclass(frozen=True)
+class ParsedAction:
+    """A text action, parsed."""
+
+    verb: str  # click | type | select | press
+    ref: int
+    arg: str = ""
+
+
+def parse_action(action: str) -> ParsedAction | None:
+    """Strict parse of ``click [id]`` / ``type [id] "text"`` / ``select [id] "opt"`` /
+    ``press [id] key``; None when malformed."""
+    text = action.strip()
+    if m := _CLICK.match(text):
+        return ParsedAction("click", int(m.group(1)))
+    if m := _TEXT_ARG.match(text):
+        arg = m.group(3)
+        if "\n" in arg:
+            return None
+        return ParsedAction(m.group(1), int(m.group(2)), arg.replace('\\"', '"'))
+    if m := _PRESS.match(text):
+        return ParsedAction("press", int(m.group(1)), m.group(2))
+    return None
+
+
+def quoted(text: str) -> list[str]:
+    """The double-quoted strings of an instruction (the values a task asks to type)."""
+    return _QUOTED.findall(text or "")
+
+
+def admissible_actions(
+    elements: list[Element], utterance: str, limit: int = MAX_ADMISSIBLE
+) -> list[str]:
+    """Click every interactive element, type the instruction's quoted values into text
+    fields, pick every option of selects; sorted, at most ``limit``."""
+    actions: list[str] = []
+    values = quoted(utterance)
+    for e in elements:
+        if not e.interactive:
+            continue
+        actions.append(f"click [{e.ref}]")
+        if e.kind in TEXT_INPUTS:
+            actions += [f'type [{e.ref}] "{v}"' for v in values]
+            actions.append(f"press [{e.ref}] Enter")
+        if e.kind == "select":
+            actions += [f'select [{e.ref}] "{o}"' for o in e.options]
+    return sorted(dict.fromkeys(actions))[:limit]
