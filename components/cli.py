@@ -1,18 +1,24 @@
 """``dreamgym``: one command per DVC stage (see dvc.yaml), plus config inspection.
 
 Run from the project root, e.g. ``dreamgym collect``; DVC calls exactly these commands.
-Nothing heavy is imported at start-up, so ``dreamgym --help`` answers instantly.
+Nothing heavy is imported at start-up, so ``dreamgym --help`` answers instantly. Each stage
+is one row of ``STAGES`` (name, stage function, help, extra parameters); one generic
+callback loads the config, runs the stage and maps known failures to exit codes.
 """
 
 from __future__ import annotations
 
 import errno
+import importlib
+import inspect
 import json
 import logging
 import os
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -144,216 +150,225 @@ def _run(stage: Callable[[Config, Paths], dict[str, Any]], params, profile, root
     typer.echo(json.dumps(summary, indent=2, sort_keys=True, default=str))
 
 
-@app.command("generate-tasks")
-def generate_tasks(
-    params: ParamsOpt = Path(PARAMS_FILE), profile: ProfileOpt = None, root: RootOpt = Path(".")
-) -> None:
-    """Generate the TextWorld task suite (games + train/validation/test split by game)."""
-    from components.stages import data as stages
-
-    _run(stages.generate_tasks, params, profile, root)
+# -- the stages: one row per command ------------------------------------------------------
 
 
-@app.command("collect")
-def collect(
-    params: ParamsOpt = Path(PARAMS_FILE), profile: ProfileOpt = None, root: RootOpt = Path(".")
-) -> None:
-    """Collect real trajectories (expert / noisy / random); resumable after interruption."""
-    from components.stages import data as stages
+@dataclass(frozen=True)
+class Param:
+    """A parameter of one command beside --params/--profile/--root, passed to its stage."""
 
-    _run(stages.collect, params, profile, root)
-
-
-@app.command("ingest")
-def ingest(
-    params: ParamsOpt = Path(PARAMS_FILE), profile: ProfileOpt = None, root: RootOpt = Path(".")
-) -> None:
-    """Validate raw trajectories with Great Expectations; quarantine bad rows with reasons."""
-    from components.stages import data as stages
-
-    _run(stages.ingest, params, profile, root)
+    name: str  # the stage function's keyword
+    annotation: Any  # Annotated[type, typer.Option(...) or typer.Argument(...)]
+    default: Any = inspect.Parameter.empty  # empty: required
+    choices: str | None = None  # "module:NAME" of the allowed values, checked before the run
+    hint: str | None = None  # how the error names the parameter (None: it doesn't)
+    last: bool = False  # listed after --params/--profile/--root (else before them)
 
 
-@app.command("build-buffer")
-def build_buffer(
-    params: ParamsOpt = Path(PARAMS_FILE), profile: ProfileOpt = None, root: RootOpt = Path(".")
-) -> None:
-    """Build the seed replay buffer (LanceDB) from real train-split transitions."""
-    from components.stages import buffer as stages
+@dataclass(frozen=True)
+class Stage:
+    """One DVC stage as a command: ``run`` is "module:function" under components.stages."""
 
-    _run(stages.build_buffer, params, profile, root)
+    name: str
+    run: str  # imported when the command runs: nothing heavy at start-up
+    help: str
+    params: tuple[Param, ...] = ()
+    fixed: dict[str, Any] = field(default_factory=dict)  # keywords always passed to ``run``
 
 
-@app.command("annotate")
-def annotate(
-    params: ParamsOpt = Path(PARAMS_FILE),
-    profile: ProfileOpt = None,
-    root: RootOpt = Path("."),
-    fresh: Annotated[
+AlgoOpt = Annotated[str, typer.Option("--algo", help="RL algorithm: grpo or ppo")]
+ALGO = Param("algo", AlgoOpt, "grpo", choices="components.stages.rl:ALGOS", hint="--algo")
+FRESH = Param(
+    "fresh",
+    Annotated[
         bool, typer.Option("--fresh", help="discard existing annotations instead of resuming")
-    ] = False,
-) -> None:
-    """Annotate every real transition with a teacher reasoning trace (resumable)."""
-    from components.stages import data as stages
-
-    _run(lambda cfg, paths: stages.annotate(cfg, paths, fresh=fresh), params, profile, root)
-
-
-@app.command("train-experience-model")
-def train_experience_model(
-    variant: Annotated[
+    ],
+    False,
+    last=True,
+)
+VARIANT = Param(
+    "variant",
+    Annotated[
         str,
         typer.Option(
             help="full: the pipeline's model (registered as experience-model@candidate); "
             "no_reasoning / no_history / no_replay: one ablation on, for the fidelity table"
         ),
-    ] = "full",
-    params: ParamsOpt = Path(PARAMS_FILE),
-    profile: ProfileOpt = None,
-    root: RootOpt = Path("."),
-) -> None:
-    """SFT of the reasoning experience model (resumable after an interruption)."""
-    from functools import partial
-
-    from components.stages import experience as stages
-
-    if variant not in stages.VARIANTS:
-        raise typer.BadParameter(f"{variant!r} is not one of {', '.join(stages.VARIANTS)}")
-    _run(partial(stages.train_experience_model, variant=variant), params, profile, root)
-
-
-@app.command("evaluate-fidelity")
-def evaluate_fidelity(
-    params: ParamsOpt = Path(PARAMS_FILE), profile: ProfileOpt = None, root: RootOpt = Path(".")
-) -> None:
-    """Fidelity of every trained variant on validation transitions (+ open-loop rollouts)."""
-    from components.stages import experience as stages
-
-    _run(stages.evaluate_fidelity, params, profile, root)
-
-
-AlgoOpt = Annotated[str, typer.Option("--algo", help="RL algorithm: grpo or ppo")]
-
-
-def _algo(algo: str) -> str:
-    from components.stages.rl import ALGOS
-
-    if algo not in ALGOS:
-        raise typer.BadParameter(f"{algo!r} is not one of {', '.join(ALGOS)}", param_hint="--algo")
-    return algo
-
-
-@app.command("train-sft")
-def train_sft(
-    params: ParamsOpt = Path(PARAMS_FILE), profile: ProfileOpt = None, root: RootOpt = Path(".")
-) -> None:
-    """SFT baseline: clone successful train-split trajectories -> models/policy/sft."""
-    from components.stages import agent as stages
-
-    _run(stages.train_sft_baseline, params, profile, root)
-
-
-@app.command("train-dpo")
-def train_dpo(
-    params: ParamsOpt = Path(PARAMS_FILE), profile: ProfileOpt = None, root: RootOpt = Path(".")
-) -> None:
-    """DPO baseline from the SFT policy on offline preference pairs -> models/policy/dpo."""
-    from components.stages import agent as stages
-
-    _run(stages.train_dpo_baseline, params, profile, root)
-
-
-@app.command("train-rl-real")
-def train_rl_real(
-    algo: AlgoOpt = "grpo",
-    params: ParamsOpt = Path(PARAMS_FILE),
-    profile: ProfileOpt = None,
-    root: RootOpt = Path("."),
-) -> None:
-    """RL (GRPO/PPO) from the SFT policy in the real env -> models/policy/<algo>_real."""
-    from functools import partial
-
-    from components.stages import rl as stages
-
-    _run(partial(stages.train_rl_real, algo=_algo(algo)), params, profile, root)
-
-
-@app.command("train-dreamgym")
-def train_dreamgym(
-    algo: AlgoOpt = "grpo",
-    params: ParamsOpt = Path(PARAMS_FILE),
-    profile: ProfileOpt = None,
-    root: RootOpt = Path("."),
-) -> None:
-    """DreamGym: RL in the synthetic env only (0 real steps) -> models/policy/dreamgym_<algo>."""
-    from functools import partial
-
-    from components.stages import rl as stages
-
-    _run(partial(stages.train_dreamgym, algo=_algo(algo)), params, profile, root)
-
-
-@app.command("train-s2r")
-def train_s2r(
-    algo: AlgoOpt = "grpo",
-    params: ParamsOpt = Path(PARAMS_FILE),
-    profile: ProfileOpt = None,
-    root: RootOpt = Path("."),
-) -> None:
-    """Sim-to-real: DreamGym policy in the real env, real steps capped -> s2r_<algo>."""
-    from functools import partial
-
-    from components.stages import rl as stages
-
-    _run(partial(stages.train_s2r, algo=_algo(algo)), params, profile, root)
-
-
-@app.command("evaluate-policy")
-def evaluate_policy(
-    method: Annotated[
+    ],
+    "full",
+    choices="components.stages.experience:VARIANTS",
+)
+METHOD = Param(
+    "method",
+    Annotated[
         str,
         typer.Argument(
             help="random (the random-admissible baseline), sft, dpo, grpo_real, ppo_real, "
             "dreamgym_grpo, dreamgym_ppo, s2r_grpo, s2r_ppo"
         ),
     ],
-    params: ParamsOpt = Path(PARAMS_FILE),
-    profile: ProfileOpt = None,
-    root: RootOpt = Path("."),
-) -> None:
-    """Every seed of models/policy/METHOD on the held-out test tasks, sampled and greedy ->
-    data/eval/METHOD.jsonl (episodes) and metrics/eval/METHOD.json."""
-    from functools import partial
+    choices="components.agent.table1:METHODS",
+)
 
-    from components.agent.table1 import METHODS
-    from components.stages import agent as stages
+# in the order of `dreamgym --help` (dvc.yaml's order but for evaluate-policy/-random)
+STAGES: tuple[Stage, ...] = (
+    Stage(
+        "generate-tasks",
+        "data:generate_tasks",
+        "Generate the TextWorld task suite (games + train/validation/test split by game).",
+    ),
+    Stage(
+        "collect",
+        "data:collect",
+        "Collect real trajectories (expert / noisy / random); resumable after interruption.",
+    ),
+    Stage(
+        "ingest",
+        "data:ingest",
+        "Validate raw trajectories with Great Expectations; quarantine bad rows with reasons.",
+    ),
+    Stage(
+        "build-buffer",
+        "buffer:build_buffer",
+        "Build the seed replay buffer (LanceDB) from real train-split transitions.",
+    ),
+    Stage(
+        "annotate",
+        "data:annotate",
+        "Annotate every real transition with a teacher reasoning trace (resumable).",
+        (FRESH,),
+    ),
+    Stage(
+        "train-experience-model",
+        "experience:train_experience_model",
+        "SFT of the reasoning experience model (resumable after an interruption).",
+        (VARIANT,),
+    ),
+    Stage(
+        "evaluate-fidelity",
+        "experience:evaluate_fidelity",
+        "Fidelity of every trained variant on validation transitions (+ open-loop rollouts).",
+    ),
+    Stage(
+        "train-sft",
+        "agent:train_sft_baseline",
+        "SFT baseline: clone successful train-split trajectories -> models/policy/sft.",
+    ),
+    Stage(
+        "train-dpo",
+        "agent:train_dpo_baseline",
+        "DPO baseline from the SFT policy on offline preference pairs -> models/policy/dpo.",
+    ),
+    Stage(
+        "train-rl-real",
+        "rl:train_rl_real",
+        "RL (GRPO/PPO) from the SFT policy in the real env -> models/policy/<algo>_real.",
+        (ALGO,),
+    ),
+    Stage(
+        "train-dreamgym",
+        "rl:train_dreamgym",
+        "DreamGym: RL in the synthetic env only (0 real steps) -> models/policy/dreamgym_<algo>.",
+        (ALGO,),
+    ),
+    Stage(
+        "train-s2r",
+        "rl:train_s2r",
+        "Sim-to-real: DreamGym policy in the real env, real steps capped -> s2r_<algo>.",
+        (ALGO,),
+    ),
+    Stage(
+        "evaluate-policy",
+        "agent:evaluate_policy",
+        "Every seed of models/policy/METHOD on the held-out test tasks, sampled and greedy ->\n"
+        "data/eval/METHOD.jsonl (episodes) and metrics/eval/METHOD.json.",
+        (METHOD,),
+    ),
+    Stage(
+        "evaluate-random",
+        "agent:evaluate_policy",
+        "The random-admissible baseline on the held-out test tasks (same seeds, same step\n"
+        "limit as every method) -> data/eval/random.jsonl and metrics/eval/random.json.",
+        fixed={"method": "random"},  # components.stages.agent.RANDOM
+    ),
+    Stage(
+        "table1",
+        "agent:build_table1",
+        "Table 1 (success and real steps per method) -> metrics/table1.json and table1.md.",
+    ),
+    Stage(
+        "judge",
+        "evaluation:judge",
+        "LLM judge (consistency, diversity, informativeness, hallucination) per model variant.",
+    ),
+    Stage(
+        "drift",
+        "evaluation:drift",
+        "Evidently drift reports: real vs synthetic transitions per co-evolution iteration.",
+    ),
+    Stage(
+        "theorem1",
+        "theorem1:theorem1",
+        "Theorem-1 terms per DreamGym round (gains, KL, eps_R, eps_P) -> metrics/theorem1.json.",
+    ),
+    Stage(
+        "report",
+        "evaluation:report",
+        "Write reports/report.md and its plots from the metrics files; log them to MLflow.",
+    ),
+)
 
-    if method not in METHODS:
-        raise typer.BadParameter(f"{method!r} is not one of {', '.join(METHODS)}")
-    _run(partial(stages.evaluate_policy, method=method), params, profile, root)
+
+def _attr(ref: str) -> Any:
+    """The object named by "module:name" (imported now)."""
+    module, _, name = ref.partition(":")
+    return getattr(importlib.import_module(module), name)
 
 
-@app.command("evaluate-random")
-def evaluate_random(
-    params: ParamsOpt = Path(PARAMS_FILE), profile: ProfileOpt = None, root: RootOpt = Path(".")
-) -> None:
-    """The random-admissible baseline on the held-out test tasks (same seeds, same step
-    limit as every method) -> data/eval/random.jsonl and metrics/eval/random.json."""
-    from functools import partial
-
-    from components.stages import agent as stages
-
-    _run(partial(stages.evaluate_policy, method=stages.RANDOM), params, profile, root)
+def _check(param: Param, value: Any) -> None:
+    """A value outside ``param.choices`` is a usage error (exit 2), raised before any work."""
+    if param.choices is None:
+        return
+    allowed = _attr(param.choices)
+    if value not in allowed:
+        raise typer.BadParameter(
+            f"{value!r} is not one of {', '.join(allowed)}", param_hint=param.hint
+        )
 
 
-@app.command("table1")
-def table1(
-    params: ParamsOpt = Path(PARAMS_FILE), profile: ProfileOpt = None, root: RootOpt = Path(".")
-) -> None:
-    """Table 1 (success and real steps per method) -> metrics/table1.json and table1.md."""
-    from components.stages import agent as stages
+_COMMON = (  # name, annotation, default of the options every stage takes
+    ("params", ParamsOpt, Path(PARAMS_FILE)),
+    ("profile", ProfileOpt, None),
+    ("root", RootOpt, Path(".")),
+)
 
-    _run(stages.build_table1, params, profile, root)
+
+def _command(stage: Stage) -> Callable[..., None]:
+    """The typer callback of ``stage``: check its parameters, load the config, run it."""
+
+    def command(**values: Any) -> None:
+        run = _attr(f"components.stages.{stage.run}")
+        for param in stage.params:
+            _check(param, values[param.name])
+        params, profile, root = (values.pop(name) for name, _, _ in _COMMON)
+        _run(partial(run, **stage.fixed, **values), params, profile, root)
+
+    def parameter(name: str, annotation: Any, default: Any) -> inspect.Parameter:
+        kind = inspect.Parameter.KEYWORD_ONLY  # a required one may follow optional ones
+        return inspect.Parameter(name, kind, default=default, annotation=annotation)
+
+    first = [parameter(p.name, p.annotation, p.default) for p in stage.params if not p.last]
+    last = [parameter(p.name, p.annotation, p.default) for p in stage.params if p.last]
+    common = [parameter(*c) for c in _COMMON]
+    # typer reads the command's parameters from its signature
+    command.__signature__ = inspect.Signature([*first, *common, *last])  # type: ignore[attr-defined]
+    command.__name__ = command.__qualname__ = stage.name.replace("-", "_")
+    command.__doc__ = stage.help
+    return command
+
+
+for _stage in STAGES:
+    app.command(_stage.name, help=_stage.help)(_command(_stage))
 
 
 @app.command("config")
@@ -368,46 +383,6 @@ def show_config(
 def main() -> None:
     """Console entry point."""
     app()
-
-
-@app.command("judge")
-def judge(
-    params: ParamsOpt = Path(PARAMS_FILE), profile: ProfileOpt = None, root: RootOpt = Path(".")
-) -> None:
-    """LLM judge (consistency, diversity, informativeness, hallucination) per model variant."""
-    from components.stages import evaluation as stages
-
-    _run(stages.judge, params, profile, root)
-
-
-@app.command("drift")
-def drift(
-    params: ParamsOpt = Path(PARAMS_FILE), profile: ProfileOpt = None, root: RootOpt = Path(".")
-) -> None:
-    """Evidently drift reports: real vs synthetic transitions per co-evolution iteration."""
-    from components.stages import evaluation as stages
-
-    _run(stages.drift, params, profile, root)
-
-
-@app.command("theorem1")
-def theorem1(
-    params: ParamsOpt = Path(PARAMS_FILE), profile: ProfileOpt = None, root: RootOpt = Path(".")
-) -> None:
-    """Theorem-1 terms per DreamGym round (gains, KL, eps_R, eps_P) -> metrics/theorem1.json."""
-    from components.stages import theorem1 as stages
-
-    _run(stages.theorem1, params, profile, root)
-
-
-@app.command("report")
-def report(
-    params: ParamsOpt = Path(PARAMS_FILE), profile: ProfileOpt = None, root: RootOpt = Path(".")
-) -> None:
-    """Write reports/report.md and its plots from the metrics files; log them to MLflow."""
-    from components.stages import evaluation as stages
-
-    _run(stages.report, params, profile, root)
 
 
 if __name__ == "__main__":

@@ -24,103 +24,51 @@ Three decoding paths, one result:
 
 from __future__ import annotations
 
-import math
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
-from dataclasses import dataclass
-from typing import Any, Literal, Protocol, runtime_checkable
+from collections.abc import Sequence
+from typing import Any, Literal
 
-Prompt = list[dict[str, str]] | str
-FinishReason = Literal["stop", "eos", "length", "error"]
+# the backend-neutral types (completion.py) and the token-level decoding (decoding.py) live
+# beside this module; callers keep importing their names from here
+from components.lm.completion import (
+    DEFAULT_STOP,
+    Completion,
+    CompletionBackend,
+    FinishReason,
+    GenerationBackend,
+    Prompt,
+    cut_at_stop,
+    render_prompts,
+)
+from components.lm.decoding import bucket, decode_loop, score_tokens, torch_threads
+
+__all__ = [
+    "CACHE_BUCKET",
+    "DEFAULT_STOP",
+    "SMALL_MODEL_PARAMS",
+    "WIDTH_BUCKET",
+    "Completion",
+    "CompletionBackend",
+    "DecodePath",
+    "FinishReason",
+    "GenerationBackend",
+    "Generator",
+    "Prompt",
+    "bucket",
+    "cut_at_stop",
+    "generate",
+    "render_prompts",
+    "score_tokens",
+    "torch_threads",
+]
+
 DecodePath = Literal["fast", "static", "reference"]
 
-DEFAULT_STOP = ("</reward>",)
 # On CPU a small model runs one thread: its matrices are too small to split, and under
 # contention (the 2-core reference machine shared with other jobs) OpenMP threads that
 # wait on each other made a decode step 7x slower and a prefill 50x slower (measured).
 SMALL_MODEL_PARAMS = 50_000_000
 WIDTH_BUCKET = 64  # static path: prompt widths rounded up to this (fewer compiled shapes)
 CACHE_BUCKET = 256  # static path: KV-cache length rounded up to this
-
-
-@runtime_checkable
-class GenerationBackend(Protocol):
-    """Anything that turns prompts into completions (local model, OpenAI-compatible server)."""
-
-    def generate(self, prompts: Sequence[Prompt], **kwargs: Any) -> list[str]:
-        """Completions for ``prompts`` in input order."""
-        ...
-
-
-@dataclass(frozen=True)
-class Completion:
-    """One answer with the tokens that produced it.
-
-    ``token_ids`` run through the token that completed the stop string (or eos, or the
-    last of ``max_new_tokens``); ``logprobs`` are their log-probabilities under the
-    sampling distribution before top-p (logits / temperature; temperature 0 counts as 1).
-    Backends that cannot see tokens (a remote server) leave both empty and report the
-    server's token count in ``n_tokens``. ``finish_reason`` "error": a remote request
-    that failed for good (only when the backend is told not to raise).
-    """
-
-    text: str
-    token_ids: tuple[int, ...]
-    logprobs: tuple[float, ...]
-    finish_reason: FinishReason
-    n_tokens: int  # generated tokens (through the stop/eos token)
-
-
-def render_prompts(tokenizer: Any, prompts: Sequence[Prompt]) -> list[str]:
-    """Chat prompts rendered with the generation prompt; strings are kept as they are."""
-    return [
-        p
-        if isinstance(p, str)
-        else tokenizer.apply_chat_template(p, tokenize=False, add_generation_prompt=True)
-        for p in prompts
-    ]
-
-
-def cut_at_stop(text: str, stop: Sequence[str]) -> str:
-    """The text up to and including the earliest stop string (unchanged if none occurs)."""
-    ends = [text.index(s) + len(s) for s in stop if s in text]
-    return text[: min(ends)] if ends else text
-
-
-def bucket(n: int, size: int) -> int:
-    """``n`` rounded up to a multiple of ``size``."""
-    return max(size, math.ceil(n / size) * size)
-
-
-@contextmanager
-def torch_threads(n: int | None) -> Iterator[None]:
-    """Run the block with ``n`` intra-op threads (None: unchanged), then restore."""
-    import torch
-
-    if n is None or n == torch.get_num_threads():
-        yield
-        return
-    old = torch.get_num_threads()
-    torch.set_num_threads(n)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(old)
-
-
-class CompletionBackend:
-    """What every backend shares: ``generate`` is the texts of its ``complete``."""
-
-    def complete(self, prompts: Sequence[Prompt], **decoding: Any) -> list[Completion]:
-        """Completions (text, tokens when known, finish reason) for ``prompts`` in order."""
-        raise NotImplementedError
-
-    def generate(self, prompts: Sequence[Prompt], **decoding: Any) -> list[str]:
-        """Completions for ``prompts`` in input order, each cut after the first stop string.
-
-        ``decoding``: max_new_tokens, temperature, top_p, stop, batch_size, seed.
-        """
-        return [c.text for c in self.complete(prompts, **decoding)]
 
 
 class Generator(CompletionBackend):
@@ -287,76 +235,21 @@ class Generator(CompletionBackend):
         logprobs: bool,
         **_: Any,
     ) -> list[Completion]:
-        import torch
-
-        model = self.model
         ids, mask = self._left_pad(encoded, max(len(e) for e in encoded))
-        positions = (mask.cumsum(-1) - 1).clamp(min=0)
-        cache = _preallocated_cache(model.config, ids.shape[1] + max_new_tokens)
-        logits = model(
-            input_ids=ids,
-            attention_mask=mask,
-            position_ids=positions,
-            past_key_values=cache,
-            use_cache=True,
-            logits_to_keep=1,  # prefill: only the last position's logits are needed
-        ).logits[:, -1, :]
-        next_pos = positions[:, -1:] + 1
-        # Decode-step mask: building it from the 2D mask each step costs as much as the
-        # attention itself on CPU; with SDPA, pass a ready 4D view of one boolean buffer
-        # (None when no row is padded).
-        sdpa = getattr(model.config, "_attn_implementation", None) == "sdpa"
-        attend = torch.ones((len(encoded), ids.shape[1] + max_new_tokens), dtype=torch.bool)
-        attend = attend.to(mask.device)
-        attend[:, : ids.shape[1]] = mask.bool()
-        eos = self._eos_ids()
         keep_chars = max((len(s) for s in stop), default=0) * 2 + 8
-        n = len(encoded)
-        alive = list(range(n))  # original row of each row still in the batch
-        tokens: list[list[int]] = [[] for _ in range(n)]
-        logps: list[list[float]] = [[] for _ in range(n)]
-        tails = [""] * n
-        reasons: list[FinishReason] = ["length"] * n
-        for step in range(max_new_tokens):
-            chosen, chosen_lp = _pick(logits, temperature, top_p, rng, logprobs)
-            chosen_list = chosen.tolist()
-            lp_list = chosen_lp.tolist() if chosen_lp is not None else None
-            keep: list[int] = []
-            for j, (row, t) in enumerate(zip(alive, chosen_list, strict=True)):
-                tokens[row].append(t)
-                if lp_list is not None:
-                    logps[row].append(lp_list[j])
-                if t in eos:
-                    reasons[row] = "eos"
-                    continue
-                hit, tails[row] = self._stopped(tails[row], tokens[row], stop, keep_chars)
-                if hit:
-                    reasons[row] = "stop"
-                else:
-                    keep.append(j)
-            if not keep or step == max_new_tokens - 1:
-                break
-            if len(keep) < len(alive):  # finished rows leave the batch and the KV cache
-                sel = torch.tensor(keep, device=attend.device)
-                cache.batch_select_indices(sel)
-                attend, next_pos, chosen = attend[sel], next_pos[sel], chosen[sel]
-                alive = [alive[j] for j in keep]
-            kv_len = ids.shape[1] + step + 1
-            if not sdpa:
-                step_mask = attend[:, :kv_len].long()
-            elif bool(attend[:, : ids.shape[1]].all()):
-                step_mask = None
-            else:
-                step_mask = attend[:, None, None, :kv_len]
-            logits = model(
-                input_ids=chosen[:, None],
-                attention_mask=step_mask,
-                position_ids=next_pos,
-                past_key_values=cache,
-                use_cache=True,
-            ).logits[:, -1, :]
-            next_pos = next_pos + 1
-        return [self._finish(tokens[r], logps[r], reasons[r], stop) for r in range(n)]
+        rows = decode_loop(
+            self.model,
+            ids,
+            mask,
+            max_new_tokens=max_new_tokens,
+            temperature=temperature,
+            top_p=top_p,
+            rng=rng,
+            logprobs=logprobs,
+            eos=self._eos_ids(),
+            stopped=lambda tail, tokens: self._stopped(tail, tokens, stop, keep_chars),
+        )
+        return [self._finish(t, lp, reason, stop) for t, lp, reason in rows]
 
     def _stopped(
         self, tail: str, tokens: list[int], stop: Sequence[str], keep_chars: int
@@ -475,120 +368,6 @@ class Generator(CompletionBackend):
                 self.model, prompt_ids, prompt_mask, [r[0] for r in rows], temperature
             )
         return [self._finish(t, s, r, stop) for (t, r), s in zip(rows, scores, strict=True)]
-
-
-def _preallocated_cache(config: Any, capacity: int) -> Any:
-    """A DynamicCache whose full-attention layers write into preallocated buffers.
-
-    transformers' DynamicLayer grows by ``torch.cat`` at every step, copying the whole
-    KV cache each time (a third of CPU decode time at ~1k tokens of context); these
-    layers write the new step in place and hand attention a view of the filled part.
-    """
-    from transformers import DynamicCache
-    from transformers.cache_utils import DynamicLayer
-
-    class GrowingLayer(DynamicLayer):
-        def lazy_initialization(self, key_states: Any, value_states: Any) -> None:
-            super().lazy_initialization(key_states, value_states)
-            b, h, _, dk = key_states.shape
-            self._k = key_states.new_empty((b, h, capacity, dk))
-            self._v = value_states.new_empty((b, h, capacity, value_states.shape[-1]))
-            self.keys, self.values = self._k[:, :, :0], self._v[:, :, :0]
-
-        def update(self, key_states: Any, value_states: Any, *args: Any, **kwargs: Any) -> Any:
-            import torch
-
-            if not self.is_initialized:
-                self.lazy_initialization(key_states, value_states)
-            n, q = self.keys.shape[-2], key_states.shape[-2]
-            if n + q > self._k.shape[-2]:  # past the planned length: grow by doubling
-                self._k = torch.cat([self._k, torch.empty_like(self._k)], dim=-2)
-                self._v = torch.cat([self._v, torch.empty_like(self._v)], dim=-2)
-            self._k[:, :, n : n + q] = key_states
-            self._v[:, :, n : n + q] = value_states
-            self.keys, self.values = self._k[:, :, : n + q], self._v[:, :, : n + q]
-            return self.keys, self.values
-
-        def batch_select_indices(self, indices: Any) -> None:
-            if self.is_initialized:
-                n = self.keys.shape[-2]
-                self._k, self._v = self._k[indices], self._v[indices]
-                self.keys, self.values = self._k[:, :, :n], self._v[:, :, :n]
-
-    cache = DynamicCache(config=config)
-    # sliding-window / other layer kinds keep their own implementation
-    cache.layers = [
-        GrowingLayer() if type(layer) is DynamicLayer else layer for layer in cache.layers
-    ]
-    return cache
-
-
-def _pick(
-    logits: Any, temperature: float, top_p: float, rng: Any, with_logprobs: bool
-) -> tuple[Any, Any]:
-    """Next tokens (greedy or sampled) and their log-probabilities (or None)."""
-    import torch
-
-    logits = logits.float()
-    scaled = logits / temperature if temperature > 0 else logits
-    logp = torch.log_softmax(scaled, dim=-1) if with_logprobs else None
-    if temperature <= 0:
-        chosen = torch.argmax(logits, dim=-1)
-    else:
-        probs = torch.softmax(_top_p(scaled, top_p), dim=-1)
-        chosen = torch.multinomial(probs, 1, generator=rng).squeeze(1)
-    chosen_lp = logp.gather(1, chosen[:, None]).squeeze(1) if logp is not None else None
-    return chosen, chosen_lp
-
-
-def _top_p(scores: Any, top_p: float) -> Any:
-    """Nucleus filtering as transformers' TopPLogitsWarper (keeps at least one token)."""
-    import torch
-
-    if top_p >= 1.0:
-        return scores
-    sorted_scores, sorted_idx = torch.sort(scores, descending=False)
-    cum = sorted_scores.softmax(dim=-1).cumsum(dim=-1)
-    remove_sorted = cum <= (1 - top_p)
-    remove_sorted[..., -1:] = False
-    remove = remove_sorted.scatter(1, sorted_idx, remove_sorted)
-    return scores.masked_fill(remove, -float("inf"))
-
-
-def score_tokens(
-    model: Any,
-    prompt_ids: Any,
-    prompt_mask: Any,
-    completions: Sequence[Sequence[int]],
-    temperature: float = 0.0,
-) -> list[list[float]]:
-    """Log-probabilities of each completion's tokens after its (left-padded) prompt.
-
-    One teacher-forced forward over prompt + completion (right-padded), under the same
-    distribution ``Completion.logprobs`` uses (logits / temperature, 0 counts as 1).
-    """
-    import torch
-
-    device = prompt_ids.device
-    n_new = max((len(c) for c in completions), default=0)
-    if n_new == 0:
-        return [[] for _ in completions]
-    comp = torch.zeros((len(completions), n_new), dtype=torch.long, device=device)
-    comp_mask = torch.zeros_like(comp)
-    for row, c in enumerate(completions):
-        comp[row, : len(c)] = torch.tensor(list(c), dtype=torch.long)
-        comp_mask[row, : len(c)] = 1
-    ids = torch.cat([prompt_ids, comp], dim=1)
-    mask = torch.cat([prompt_mask, comp_mask], dim=1)
-    positions = (mask.cumsum(-1) - 1).clamp(min=0)
-    width = prompt_ids.shape[1]
-    with torch.inference_mode():
-        logits = model(
-            input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=False
-        ).logits[:, width - 1 : -1, :]
-    logits = logits.float() / (temperature if temperature > 0 else 1.0)
-    lp = torch.log_softmax(logits, dim=-1).gather(2, comp[:, :, None]).squeeze(2)
-    return [lp[row, : len(c)].tolist() for row, c in enumerate(completions)]
 
 
 def generate(model: Any, tokenizer: Any, prompts: Sequence[Prompt], **kwargs: Any) -> list[str]:
