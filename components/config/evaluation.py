@@ -120,7 +120,6 @@ class PromotionConfig(_Section):
     margin: float = Field(
         0.02, ge=0, description="the candidate must beat the champion's held-out metric by this"
     )
-    policy_metric: str = Field("success", description="held-out metric of the policy")
     experience_metric: str = Field(
         "reward_accuracy",
         description="held-out metric of the experience model (reward_accuracy has a 95% CI)",

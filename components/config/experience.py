@@ -141,8 +141,11 @@ class ServingConfig(_Section):
 class CurriculumConfig(_Section):
     """Curriculum task generation: variance-based seeds, lambda mixing, PPO clusters."""
 
-    batch_size: int = Field(16, ge=1, description="tasks per iteration's task batch")
-    n_rollouts: int = Field(8, ge=1, description="rollouts per task (the GRPO group)")
+    batch_size: int = Field(
+        16,
+        ge=1,
+        description="tasks per batch; the DreamGym stage sets it to rl.<algo>.tasks_per_iteration",
+    )
     lambda_generated: float = Field(
         0.25, ge=0, le=1, description="max share of generated tasks per batch (floor)"
     )
