@@ -73,7 +73,7 @@ FALLBACK_ACTION = "look"
 # what the profile groups step time by: (label, function name, file suffix)
 PHASES = (
     ("tables", "_draft", "grounded.py"),
-    ("features", "outcome_features", "grounded.py"),
+    ("features", "outcome_features", "grounded_outcome.py"),
     ("classifiers", "_classify_rows", "grounded.py"),
     ("record", "_advance", "grounded_env.py"),
     ("record.transition", "_transition", "grounded_env.py"),

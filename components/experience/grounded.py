@@ -29,42 +29,63 @@ so fidelity and the judge read both models the same way.
 ``predict_batch`` answers many (task, memory, state, action) queries at once, exactly as
 ``predict`` answers each: the tables first, then one call of each classifier for every
 query they decide. The classifiers predict with numpy (torch only fits them).
+
+The state text (parse, render, edit operators) is in grounded_state.py, the outcome, its
+features and classifiers in grounded_outcome.py, fitting in grounded_fit.py.
 """
 
 from __future__ import annotations
 
 import pickle
 import random
-import re
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from functools import lru_cache
-from operator import itemgetter
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 
-from components.memory import (
-    OPPOSITE,
-    VERB_WORDS,
-    VERBS,
-    EpisodeMemory,
-    command_content,
-    instruction_steps,
-    split_state,
-    verb_of,
-    words,
+from components.experience.grounded_fit import fit_tables
+
+# the state and outcome parts live in their own modules; the names other code imports
+# from here stay importable
+from components.experience.grounded_outcome import (  # noqa: F401
+    Outcome,
+    Query,
+    _Draft,
+    _LogisticRegression,
+    best_f1_threshold,
+    episode_rows,
+    outcome_features,
 )
+from components.experience.grounded_state import (  # noqa: F401
+    _NEUTRAL,
+    EDIT_OPERATORS,
+    UNCHANGED_FEEDBACK,
+    _apply_edit,
+    _content,
+    _parse,
+    _top,
+    _world_key,
+    apply_edit,
+    exits_of,
+    feedback_template,
+    fill_template,
+    listed_objects,
+    parse_command,
+    render_state,
+    split_cached,
+    world_key,
+)
+from components.memory import OPPOSITE, EpisodeMemory, instruction_steps, words
 from components.schema import Task, Trajectory, Transition
 
 MODEL_FILE = "grounded.pkl"
 FORMAT_VERSION = 1
-_WS = re.compile(r"\s+")
-_NEUTRAL = frozenset(OPPOSITE)  # words a command may hold without naming a visible object
-_PREPS = (" from ", " into ", " on ", " with ", " in ")
-UNCHANGED_FEEDBACK = "Nothing happens."
+# saved models name the classifiers' class by the path they always had (this module):
+# saves load before and after the split, byte for byte the same
+_LogisticRegression.__module__ = __name__
 
 # evidence labels (also the keys of the env's counters)
 REPLAY, SYNTHETIC_REPLAY, MAP, EDIT, UNKNOWN_ROOM = (
@@ -74,359 +95,6 @@ REPLAY, SYNTHETIC_REPLAY, MAP, EDIT, UNKNOWN_ROOM = (
     "edit",
     "unknown_room",
 )
-
-
-def world_key(state: str) -> str:
-    """The state without its feedback line, whitespace-normalised."""
-    kept = (ln for ln in state.splitlines() if not ln.startswith("Feedback:"))
-    return _WS.sub(" ", " ".join(kept)).strip()
-
-
-def render_state(location: str, surroundings: str, inventory: str, feedback: str) -> str:
-    """The compact abstract state (components/envs/textworld_env.py ``render_state``)."""
-    return f"Location: {location}\n{surroundings}\nInventory: {inventory}\nFeedback: {feedback}"
-
-
-def parse_command(command: str) -> tuple[str, str, str, str]:
-    """(verb, object, preposition, second object) of a command."""
-    verb, _, rest = command.strip().partition(" ")
-    for prep in _PREPS:
-        if prep in rest:
-            x, y = rest.split(prep, 1)
-            return verb.lower(), x.strip(), prep.strip(), y.strip()
-    return verb.lower(), rest.strip(), "", ""
-
-
-def exits_of(surroundings: str) -> list[str]:
-    """The directions of the ``Exits: ...`` sentence of a compact state."""
-    match = re.search(r"Exits: ([^.]*)\.", surroundings)
-    if not match:
-        return []
-    return [d for d in OPPOSITE if re.search(rf"\b{d}\b", match.group(1))]
-
-
-def feedback_template(feedback: str, x: str, y: str) -> str:
-    """The feedback with the command's objects replaced by ``{X}`` / ``{Y}``."""
-    out = feedback
-    if y:
-        out = re.sub(re.escape(y), "{Y}", out, flags=re.IGNORECASE)
-    if x:
-        out = re.sub(re.escape(x), "{X}", out, flags=re.IGNORECASE)
-    return out
-
-
-def fill_template(template: str, x: str, y: str) -> str | None:
-    """The template with the objects filled in, or None if it needs one the command lacks."""
-    if ("{X}" in template and not x) or ("{Y}" in template and not y):
-        return None
-    return template.replace("{X}", x).replace("{Y}", y)
-
-
-# -- state edit operators (what a verb does to the compact state) ------------------------
-
-
-def _article(x: str) -> str:
-    return f"{'an' if x[:1].lower() in 'aeiou' else 'a'} {x}"
-
-
-def _drop_listed(text: str, x: str) -> str:
-    """``text`` without the listed item ``a x``; emptied listings take their empty form."""
-    out = re.sub(r"(,\s*)?\b(a|an|some)\s+" + re.escape(x) + r"\b", "", text, flags=re.I)
-    out = re.sub(r":\s*,\s*", ": ", out)
-    out = re.sub(r"On the floor:\s*\.", "", out)
-    out = re.sub(r"The ([\w -]+?) is open and contains\s*\.", r"The \1 is open and empty.", out)
-    out = re.sub(r"On the ([\w -]+?):\s*\.", r"Nothing is on the \1.", out)
-    return _WS.sub(" ", out).strip()
-
-
-def _add_listed(text: str, x: str, where: str, prep: str) -> str:
-    """``text`` with ``a x`` listed on/in ``where`` (the floor when ``where`` is empty)."""
-    item = _article(x)
-    if not where:
-        if "On the floor: " in text:
-            return re.sub(r"On the floor: ([^.]*)\.", rf"On the floor: \1, {item}.", text)
-        return f"{text} On the floor: {item}.".strip()
-    w = re.escape(where)
-    if prep in ("on",):
-        if re.search(rf"Nothing is on the {w}\.", text):
-            return re.sub(rf"Nothing is on the {w}\.", f"On the {where}: {item}.", text)
-        return re.sub(rf"On the {w}: ([^.]*)\.", rf"On the {where}: \1, {item}.", text)
-    if re.search(rf"The {w} is open and empty\.", text):
-        return re.sub(
-            rf"The {w} is open and empty\.", f"The {where} is open and contains {item}.", text
-        )
-    return re.sub(
-        rf"The {w} is open and contains ([^.]*)\.",
-        rf"The {where} is open and contains \1, {item}.",
-        text,
-    )
-
-
-def _set_state(text: str, x: str, old: Sequence[str], new: str) -> str:
-    """Container or door ``x`` goes from one of ``old`` states to ``new``."""
-    w = re.escape(x)
-    out = text
-    for o in old:
-        if o == "open":
-            out = re.sub(
-                rf"The {w} is open and (empty|contains [^.]*)\.", f"The {x} is {new}.", out
-            )
-        else:
-            out = re.sub(
-                rf"The {w} is {o}\.",
-                f"The {x} is {new}." if new != "open" else f"The {x} is open and empty.",
-                out,
-            )
-        out = re.sub(rf"\({o} {w}\)", f"({new} {x})", out)  # a door in the exits line
-    return out
-
-
-def apply_edit(
-    op: str, surroundings: str, inventory: str, x: str, prep: str, y: str
-) -> tuple[str, str]:
-    """(surroundings, inventory) after edit operator ``op``."""
-    inv_items = [] if inventory in ("", "nothing") else [i.strip() for i in inventory.split(",")]
-    if op == "to_inventory":
-        inv = [*inv_items, _article(x)] if x else inv_items
-        return _drop_listed(surroundings, x), ", ".join(inv) or "nothing"
-    if op in ("to_floor", "to_target"):
-        kept = [i for i in inv_items if not i.lower().endswith(x.lower())]
-        where = y if op == "to_target" else ""
-        return _add_listed(surroundings, x, where, prep), ", ".join(kept) or "nothing"
-    if op == "consume":
-        kept = [i for i in inv_items if not i.lower().endswith(x.lower())]
-        return surroundings, ", ".join(kept) or "nothing"
-    if op == "open":
-        return _set_state(surroundings, x, ("closed",), "open"), inventory
-    if op == "close":
-        return _set_state(surroundings, x, ("open",), "closed"), inventory
-    if op == "unlock":
-        return _set_state(surroundings, x, ("locked",), "closed"), inventory
-    if op == "lock":
-        return _set_state(surroundings, x, ("closed",), "locked"), inventory
-    return surroundings, inventory
-
-
-EDIT_OPERATORS = (
-    "none", "to_inventory", "to_floor", "to_target", "consume", "open", "close", "unlock", "lock",
-)  # fmt: skip
-
-
-# -- memoised helpers of the prediction path (pure functions of their arguments) ---------
-# An RL run asks about the same few thousand states and commands over and over.
-
-_STATES = 1 << 14
-_world_key = lru_cache(maxsize=_STATES)(world_key)
-split_cached = lru_cache(maxsize=_STATES)(split_state)
-_parse = lru_cache(maxsize=_STATES)(parse_command)
-_apply_edit = lru_cache(maxsize=_STATES)(apply_edit)
-
-
-@lru_cache(maxsize=_STATES)
-def _content(command: str) -> frozenset[str]:
-    """``command_content`` as a frozenset (shared: never mutate it)."""
-    return frozenset(command_content(command))
-
-
-def _top(counts: Counter) -> Any:
-    """The most frequent key, the first counted on ties (``most_common(1)[0][0]``)."""
-    return max(counts.items(), key=itemgetter(1))[0]
-
-
-# -- reward / termination classifier -------------------------------------------------------
-
-
-def outcome_features(mem: EpisodeMemory, command: str, admissible: Sequence[str]) -> list[float]:
-    """Features of (instruction steps, pointer, command) for the won / lost classifiers."""
-    sw = mem.step_words
-    n = len(sw)
-    last = sw[-1] if sw else set()
-    p = mem.pointer
-    ahead = sw[p] if p < n else set()
-    verb = verb_of(command)
-    objects = _content(command)  # the command's content words (memory.overlap's)
-    lexicon = VERB_WORDS.get(verb)
-    goal = set().union(*sw) if sw else set()
-    in_goal = len(objects & goal) / len(objects) if objects else 0.0
-    last_overlap = len(objects & last) / len(objects) if objects else 0.0
-    last_verb = float(bool(lexicon and lexicon & last))
-    return [
-        last_overlap,
-        last_verb,
-        last_overlap * last_verb,
-        len(objects & ahead) / len(objects) if objects else 0.0,
-        float(bool(lexicon and lexicon & ahead)),
-        float(p >= n - 1),
-        float(p == n - 1) * last_overlap,
-        float(n == 1),
-        in_goal,
-        float(command in admissible),
-        float(verb == "take") * (1.0 - in_goal),
-        *(float(verb == v) for v in (*VERBS, "other")),
-    ]
-
-
-class _LogisticRegression:
-    """Class-balanced L2 logistic regression (LBFGS on standardised features).
-
-    Fitted with torch; the fitted parameters are kept as float32 numpy arrays, so
-    ``proba`` is plain numpy (models pickled with torch tensors are converted on load).
-    """
-
-    mu: np.ndarray
-    sd: np.ndarray
-    w: np.ndarray
-    b: np.ndarray
-
-    def fit(self, x: np.ndarray, y: np.ndarray, l2: float = 1e-3) -> _LogisticRegression:
-        import torch
-
-        xt = torch.tensor(x, dtype=torch.float32)
-        yt = torch.tensor(y, dtype=torch.float32)
-        mu, sd = xt.mean(0), xt.std(0) + 1e-6
-        xn = (xt - mu) / sd
-        w = torch.zeros(xt.shape[1], requires_grad=True)
-        b = torch.zeros(1, requires_grad=True)
-        pos = yt.mean().clamp(1e-4, 1 - 1e-4)
-        weights = torch.where(yt > 0, 0.5 / pos, 0.5 / (1 - pos))  # rare wins count as much
-        opt = torch.optim.LBFGS([w, b], lr=0.5, max_iter=300)
-
-        def closure() -> torch.Tensor:
-            opt.zero_grad()
-            z = xn @ w + b
-            bce = torch.nn.functional.binary_cross_entropy_with_logits(z, yt, reduction="none")
-            loss = (weights * bce).mean() + l2 * (w**2).sum()
-            loss.backward()
-            return loss
-
-        opt.step(closure)
-        self.__setstate__({"mu": mu, "sd": sd, "w": w.detach(), "b": b.detach()})
-        return self
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        # parameters as float32 numpy arrays, whatever held them (older pickles: tensors)
-        for k, v in state.items():
-            if hasattr(v, "detach"):
-                v = v.detach().cpu().numpy()
-            setattr(self, k, np.asarray(v, dtype=np.float32))
-
-    def proba(self, x: np.ndarray) -> np.ndarray:
-        """P(y = 1) per row of ``x`` (float32; each row computed the same in any batch)."""
-        xn = (np.asarray(x, dtype=np.float32) - self.mu) / self.sd
-        z = (xn * self.w).sum(axis=1, dtype=np.float32) + self.b
-        with np.errstate(over="ignore"):
-            return (1.0 / (1.0 + np.exp(-z))).astype(np.float32)
-
-
-def best_f1_threshold(p: np.ndarray, y: np.ndarray) -> tuple[float, float]:
-    """(threshold, F1) maximising F1 of ``p >= threshold`` (0.5 when y has no positive).
-
-    Thresholds on a logit grid (class-balanced scores of rare wins sit above .95); of the
-    thresholds that tie at the best F1, the middle one: held-out wins are few, so F1 is
-    flat over a range, and its lower edge overfits to the held-out games' hardest negative.
-    """
-    if not y.any():
-        return 0.5, 0.0
-    grid = 1.0 / (1.0 + np.exp(-np.arange(-5.0, 7.0 + 1e-9, 0.1)))
-    f1s = []
-    for t in grid:
-        pred = p >= t
-        tp = int((pred & (y == 1)).sum())
-        fp, fn = int((pred & (y == 0)).sum()), int((~pred & (y == 1)).sum())
-        f1s.append(2 * tp / max(1, 2 * tp + fp + fn))
-    best = max(f1s)
-    ties = [float(t) for t, f in zip(grid, f1s, strict=True) if f >= best - 1e-12]
-    return ties[len(ties) // 2], best
-
-
-def episode_rows(
-    trajectories: Iterable[Trajectory],
-) -> Iterable[tuple[EpisodeMemory, Transition, bool]]:
-    """Every transition with the episode memory before it and whether it lost the game.
-
-    The memory is updated in place after each yield: use it before asking for the next.
-    """
-    for traj in trajectories:
-        if not traj.steps:
-            continue
-        mem = EpisodeMemory.replay(traj.steps[0].instruction, traj.initial_state)
-        last = len(traj.steps) - 1
-        for i, step in enumerate(traj.steps):
-            # the episode ended without the reward and not by the step limit: lost
-            lost = i == last and not traj.success and not traj.truncated and step.done
-            yield mem, step, lost
-            mem.update(step.action, step.next_state)
-
-
-# -- the model -----------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Outcome:
-    """One predicted step."""
-
-    next_state: str
-    reward: int
-    won: bool
-    lost: bool
-    admissible: tuple[str, ...]
-    evidence: str  # REPLAY, SYNTHETIC_REPLAY, MAP, EDIT or UNKNOWN_ROOM
-    admissible_fallback: bool
-    reasoning: str
-    win_score: float = 0.0  # the won classifier's probability (recorded outcomes: 0 or 1)
-
-
-class Query(NamedTuple):
-    """One question to the model (``predict``'s arguments)."""
-
-    task: Task
-    memory: EpisodeMemory
-    state: str
-    action: str
-    admissible: Sequence[str]
-    rooms: dict[str, str] | None = None
-
-
-@dataclass
-class _Draft:
-    """An outcome as the tables answer it, before the classifiers decide (when they do)."""
-
-    next_state: str
-    won: bool
-    lost: bool
-    admissible: tuple[str, ...]
-    evidence: str
-    fallback: bool
-    why: str
-    replayed: bool = True
-    score: float = 0.0
-    memory: EpisodeMemory | None = None  # set when the classifiers decide the outcome
-    action: str = ""
-    current: Sequence[str] = ()
-
-    def decide(self, won: bool, lost: bool, score: float) -> None:
-        self.won, self.lost = won, lost
-        if self.replayed:  # a generated task: the recorded next state, the reward anew
-            self.why += " The task is generated: whether it is won is judged anew."
-            return
-        self.score = score
-        if won:
-            self.why += " It completes the task's last step: reward 1."
-        elif lost:
-            self.why += " It makes the task impossible: the episode is lost."
-
-    def outcome(self) -> Outcome:
-        return Outcome(
-            self.next_state,
-            int(self.won),
-            self.won,
-            self.lost and not self.won,
-            self.admissible,
-            self.evidence,
-            self.fallback,
-            self.why,
-            self.score,
-        )
 
 
 class _Cache:
@@ -489,88 +157,9 @@ class GroundedModel:
 
     def fit(self, trajectories: Sequence[Trajectory]) -> dict[str, Any]:
         """Index real transitions, learn edits and templates, fit won/lost classifiers."""
-        real = [t for t in trajectories if t.source == "real" and t.steps]
-        if not real:
-            raise ValueError("the grounded experience model needs real trajectories")
-        edit_hits: dict[tuple[str, str], Counter] = defaultdict(Counter)
-        feats, won, lost, games = [], [], [], []
-        for traj in real:
-            self.initial.setdefault(
-                traj.task_id, (traj.initial_state, tuple(traj.steps[0].admissible_actions or ()))
-            )
-        for mem, s, was_lost in episode_rows(real):
-            self._index(s, was_lost)
-            verb, x, prep, y = parse_command(s.action)
-            loc0, sur0, inv0 = split_state(s.state)
-            loc1, sur1, inv1 = split_state(s.next_state)
-            valid = bool(s.admissible_actions and s.action in s.admissible_actions)
-            fb = s.next_state.rsplit("Feedback: ", 1)[-1] if "Feedback: " in s.next_state else ""
-            if verb != "go":
-                self.templates[(verb, prep, valid)][feedback_template(fb, x, y)] += 1
-            if valid and verb != "go" and loc0 == loc1:
-                for op in EDIT_OPERATORS:
-                    edit_hits[(verb, prep)][op] += apply_edit(op, sur0, inv0, x, prep, y) == (
-                        sur1,
-                        inv1,
-                    )
-            feats.append(outcome_features(mem, s.action, s.admissible_actions or ()))
-            won.append(int(s.reward == 1))
-            lost.append(int(was_lost))
-            games.append(s.task_id)
-        self.edits = {k: c.most_common(1)[0][0] for k, c in edit_hits.items()}
-        x_all = np.asarray(feats, np.float32)
-        y_won, y_lost = np.asarray(won), np.asarray(lost)
-        stats = self._fit_classifiers(x_all, y_won, y_lost, games)
-        self.fit_stats = {
-            "transitions": len(feats),
-            "wins": int(y_won.sum()),
-            "losses": int(y_lost.sum()),
-            "games": len(set(games)),
-            "edit_verbs": len(self.edits),
-            "templates": sum(len(c) for c in self.templates.values()),
-            **stats,
-        }
+        self.fit_stats = fit_tables(self, trajectories)
         self._cache = _Cache()  # derived from the tables just built
         return self.fit_stats
-
-    def _index(self, s: Transition, lost: bool) -> None:
-        key = world_key(s.state)
-        adm = tuple(s.admissible_actions or ())
-        outcome = (s.next_state, s.reward, s.done and s.reward == 1, lost)
-        self.exact[(s.task_id, key, s.action.lower())][outcome] += 1
-        if adm:
-            self.admissible_by_state[(s.task_id, key)] = adm
-            loc, _, _ = split_state(s.state)
-            self.states_by_room[(s.task_id, loc)].append((key, adm))
-        verb, x, _, _ = parse_command(s.action)
-        loc0, _, _ = split_state(s.state)
-        loc1, sur1, _ = split_state(s.next_state)
-        if verb == "go" and loc1 != loc0:
-            self.exits[(s.task_id, loc0, x)][loc1] += 1
-            self.room_views[(s.task_id, loc1)][sur1] += 1
-
-    def _fit_classifiers(
-        self, x: np.ndarray, y_won: np.ndarray, y_lost: np.ndarray, games: list[str]
-    ) -> dict[str, Any]:
-        # thresholds are chosen on held-out train games, then the models refit on all
-        rng = random.Random(self.settings.seed)
-        ids = sorted(set(games))
-        held = set(rng.sample(ids, max(1, round(self.settings.threshold_holdout * len(ids)))))
-        mask = np.array([g in held for g in games])
-        out: dict[str, Any] = {}
-        for name, y in (("won", y_won), ("lost", y_lost)):
-            if y.sum() == 0:
-                continue
-            threshold, f1 = 0.5, 0.0
-            if y[~mask].sum() and y[mask].sum():
-                part = _LogisticRegression().fit(x[~mask], y[~mask])
-                threshold, f1 = best_f1_threshold(part.proba(x[mask]), y[mask])
-            model = _LogisticRegression().fit(x, y)
-            setattr(self, f"{name}_model", model)
-            setattr(self, f"{name}_threshold", threshold)
-            out[f"{name}_threshold"] = threshold
-            out[f"{name}_holdout_f1"] = f1
-        return out
 
     # -- task variants (the curriculum's generator) ---------------------------------------
 
@@ -585,19 +174,8 @@ class GroundedModel:
         ]
         found: dict[str, str] = {}
         for state in views:
-            room, surroundings, _ = split_state(state)
-            for pattern, where in (
-                (r"On the floor: ([^.]*)\.", f"the floor of the {room.lower()}"),
-                (r"The ([\w -]+?) is open and contains ([^.]*)\.", "the {0}"),
-                (r"On the ([\w -]+?): ([^.]*)\.", "the {0}"),
-            ):
-                for m in re.finditer(pattern, surroundings):
-                    holder = m.group(1) if m.lastindex and m.lastindex > 1 else ""
-                    listing = m.group(m.lastindex or 1)
-                    for item in listing.split(","):
-                        name = re.sub(r"^(a|an|some)\s+", "", item.strip())
-                        if name and name != "floor":
-                            found.setdefault(name, where.format(holder))
+            for name, where in listed_objects(state):
+                found.setdefault(name, where)
         return sorted(found.items())
 
     def variants(self, seed: Task, n: int, iteration: int) -> list[str]:
@@ -659,7 +237,7 @@ class GroundedModel:
         Every query is answered from the tables first (a draft); the drafts whose reward
         and termination the classifiers decide get their features stacked into one matrix.
         """
-        drafts = [self._draft(*q) for q in queries]
+        drafts = [self._draft(q) for q in queries]
         pending = [d for d in drafts if d.memory is not None]
         if pending:
             feats = np.asarray(
@@ -669,15 +247,8 @@ class GroundedModel:
                 d.decide(won, lost, score)
         return [d.outcome() for d in drafts]
 
-    def _draft(
-        self,
-        task: Task,
-        memory: EpisodeMemory,
-        state: str,
-        action: str,
-        admissible: Sequence[str],
-        rooms: dict[str, str] | None = None,
-    ) -> _Draft:
+    def _draft(self, query: Query) -> _Draft:
+        task, memory, state, action, admissible, rooms = query
         tid = task.task_id
         if not self.settings.history:
             memory = EpisodeMemory.replay(memory.instruction, state)

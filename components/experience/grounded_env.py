@@ -20,7 +20,6 @@ episodes one at a time gives. ``restart_finished()`` keeps a batch full (through
 from __future__ import annotations
 
 import time
-from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -38,16 +37,18 @@ from components.experience.grounded import (
     Query,
     split_cached,
 )
-from components.experience.synthetic_env import (
+from components.experience.synthetic_episodes import (
     MALFORMED,
     REASONING,
     SYNTHETIC,
+    EpisodeRecord,
+    EpisodeSlots,
     StepOutput,
+    episode_transition,
     feedback_of,
-    stamp_trajectory,
 )
 from components.memory import EpisodeMemory
-from components.schema import Provenance, Task, Trajectory, Transition, stable_id
+from components.schema import Provenance, Task, Transition
 
 EVIDENCE = "evidence"  # extra info key: what decided the step (replay, map, edit, ...)
 _PROVENANCE = Provenance(policy="synthetic")  # frozen: one shared instance
@@ -55,23 +56,16 @@ _EVIDENCE_KEYS = {e: f"evidence_{e}" for e in (REPLAY, SYNTHETIC_REPLAY, MAP, ED
 _feedback_of = lru_cache(maxsize=1 << 14)(feedback_of)  # states repeat across episodes
 
 
-@dataclass
-class _Slot:
-    key: str
-    task: Task
-    initial_state: str
-    state: str
+@dataclass(kw_only=True)
+class _Slot(EpisodeRecord):
+    """One slot's episode, with what a consistent dream needs (memory, rooms as last seen)."""
+
     admissible: tuple[str, ...]
     memory: EpisodeMemory
     rooms: dict[str, str] = field(default_factory=dict)
-    steps: list[Transition] = field(default_factory=list)
-    reasoning: list[str | None] = field(default_factory=list)
-    finished: bool = False
-    success: bool = False
-    truncated: bool = False
 
 
-class GroundedVectorEnv:
+class GroundedVectorEnv(EpisodeSlots[_Slot]):
     """Many synthetic episodes of the grounded model stepped together."""
 
     def __init__(
@@ -83,33 +77,12 @@ class GroundedVectorEnv:
         namespace: str = "synthetic",
         initial_states: dict[str, tuple[str, tuple[str, ...]]] | None = None,
     ) -> None:
+        super().__init__(env_name, namespace)
         self.model = model
         # first states of games the model has no real episode of (judging unseen games)
         self.initial_states = dict(initial_states or {})
         self.max_steps = max_steps
-        self.name = env_name
-        self.namespace = namespace
-        self._slots: list[_Slot] = []
-        self._archive: list[_Slot] = []  # finished episodes of restarted slots
-        self._started = 0
-        self._seed: int | None = None
-        self._counts: Counter[str] = Counter()
         self._seconds = 0.0
-
-    @property
-    def active(self) -> list[bool]:
-        """Per slot: the episode is still running."""
-        return [not s.finished for s in self._slots]
-
-    @property
-    def done(self) -> bool:
-        """Every episode of the batch has finished."""
-        return all(s.finished for s in self._slots)
-
-    @property
-    def num_envs(self) -> int:
-        """Slots of the current batch."""
-        return len(self._slots)
 
     def start_state(self, task: Task) -> tuple[str, tuple[str, ...]]:
         """The first state of ``task``: recorded, or its parent's for a generated task."""
@@ -159,12 +132,11 @@ class GroundedVectorEnv:
 
     def _start(self, task: Task) -> _Slot:
         state, admissible = self.start_state(task)
-        self._started += 1
-        key = stable_id(self.namespace, self._seed, self._started, task.task_id)
+        key = self._episode_key(task)
         memory = EpisodeMemory.replay(task.instruction, state)
         location, surroundings, _ = split_cached(state)
-        self._counts["episodes"] += 1
-        return _Slot(key, task, state, state, admissible, memory, {location: surroundings})
+        rooms = {location: surroundings}
+        return _Slot(key, task, state, state, admissible=admissible, memory=memory, rooms=rooms)
 
     def step(self, actions: Sequence[str | None]) -> list[StepOutput | None]:
         """Advance every live episode by its action; finished slots return None.
@@ -217,23 +189,17 @@ class GroundedVectorEnv:
     def _transition(
         self, slot: _Slot, action: str, o: Outcome, done: bool, valid: bool
     ) -> Transition:
-        n = len(slot.steps)
-        return Transition(
+        return episode_transition(
+            slot,
             # a provisional id: trajectories() gives every step its final one (content hash)
-            id=f"{slot.key}-{n}",
-            task_id=slot.task.task_id,
+            f"{slot.key}-{len(slot.steps)}",
             env=self.name,
-            episode_id=slot.key,
-            step_index=n,
-            instruction=slot.task.instruction,
-            state=slot.state,
             action=action,
             next_state=o.next_state,
             reward=o.reward,
             done=done,
             admissible_actions=list(slot.admissible),
             valid_action=valid,
-            source="synthetic",
             provenance=_PROVENANCE,  # validated, not copied (model_construct is slower)
         )
 
@@ -257,33 +223,6 @@ class GroundedVectorEnv:
             SYNTHETIC: True,
             EVIDENCE: evidence,
         }
-
-    def trajectories(
-        self,
-        *,
-        policy: str,
-        iteration: int = 0,
-        checkpoint: str | None = None,
-        split: str = "train",
-    ) -> list[Trajectory]:
-        """The batch's episodes (restarted ones first) as Trajectory records (final ids)."""
-        return [
-            stamp_trajectory(
-                s,
-                namespace=self.namespace,
-                env=self.name,
-                policy=policy,
-                iteration=iteration,
-                checkpoint=checkpoint,
-                split=split,
-            )
-            for s in [*self._archive, *self._slots]
-            if s.steps
-        ]
-
-    def episode_reasoning(self) -> list[list[str | None]]:
-        """Per slot, the model's reasoning for each recorded step (for judging)."""
-        return [list(s.reasoning) for s in self._slots]
 
     def metrics(self, reset: bool = False) -> dict[str, float]:
         """Steps, steps/s, evidence counts, admissible fallbacks, successes and losses."""

@@ -64,217 +64,60 @@ Semantics
 
 from __future__ import annotations
 
-import re
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
 
 from components.config import Config, SyntheticEnvConfig
 from components.envs.base import ADMISSIBLE, FEEDBACK, LOST, VALID, WON
-from components.experience.dataset import PromptSettings, Retriever, settings_for
-from components.experience.format import (
-    SYSTEM_PROMPT,
-    MalformedOutputError,
-    Prediction,
-    StepContext,
-    parse_answer,
-    render_prompt,
+from components.experience.dataset import PromptSettings, Retriever
+from components.experience.format import Prediction, parse_answer
+
+# the prompts and answers of the model, and the episode bookkeeping, live in their own
+# modules; the names other code imports from here stay importable
+from components.experience.synthetic_answers import (  # noqa: F401
+    QUERY_POLICY,
+    GenerateFn,
+    Messages,
+    generate_fns,
+    generate_parsed,
+    local_generate_fns,
+    prompt_settings,
+    query_transition,
+    step_messages,
 )
-from components.schema import Provenance, Task, Trajectory, Transition, stable_id
+from components.experience.synthetic_episodes import (  # noqa: F401
+    FEEDBACK_PREFIX,
+    MALFORMED,
+    REASONING,
+    RESAMPLED,
+    SYNTHETIC,
+    EpisodeRecord,
+    EpisodeSlots,
+    RealStateIndex,
+    StepOutput,
+    _norm,
+    episode_transition,
+    feedback_of,
+    stamp_trajectory,
+    world_key,
+)
+from components.schema import Provenance, Task, Transition
 
-Messages = list[dict[str, str]]
-GenerateFn = Callable[[list[Messages]], list[str]]
-
-# extra info keys of the synthetic env (the shared ones live in components/envs/base.py)
-REASONING = "reasoning"  # str | None: the experience model's reasoning for this step
-MALFORMED = "malformed"  # bool: the episode ended because the model's answer was malformed
-RESAMPLED = "resampled"  # bool: this step's answer needed the one resample
-SYNTHETIC = "synthetic"  # bool: always True here (real envs never set it)
-
-FEEDBACK_PREFIX = "Feedback:"  # the last line of a TextWorld abstract state
 EMPTY_ACTION = "(empty)"  # stands in for a blank action (records need a non-empty one)
-QUERY_POLICY = "query"  # provenance of the throwaway retrieval queries
-_WS = re.compile(r"\s+")
-
-
-class StepOutput(NamedTuple):
-    """One episode's step result; unpacks like the Gymnasium 5-tuple."""
-
-    observation: str
-    reward: int
-    terminated: bool
-    truncated: bool
-    info: dict[str, Any]
-
-
-def _norm(text: str) -> str:
-    return _WS.sub(" ", text).strip()
-
-
-def world_key(state: str) -> str:
-    """The state without its feedback line, whitespace-normalised (admissible-action key)."""
-    lines = [ln for ln in state.splitlines() if not ln.strip().startswith(FEEDBACK_PREFIX)]
-    return _norm("\n".join(lines))
-
-
-def feedback_of(state: str) -> str:
-    """The ``Feedback:`` line's text of a state, or the whole state when it has none."""
-    for ln in reversed(state.splitlines()):
-        if ln.strip().startswith(FEEDBACK_PREFIX):
-            return ln.strip()[len(FEEDBACK_PREFIX) :].strip()
-    return _norm(state)
-
-
-@dataclass(frozen=True)
-class RealStateIndex:
-    """What the synthetic env takes from real data: initial states and admissible actions."""
-
-    initial_states: Mapping[str, str] = field(default_factory=dict)  # task_id -> state
-    # (task_id, world key) and ("", world key) -> admissible actions of a real transition
-    admissible_by_state: Mapping[tuple[str, str], tuple[str, ...]] = field(default_factory=dict)
-
-    @classmethod
-    def from_trajectories(cls, trajectories: Iterable[Trajectory]) -> RealStateIndex:
-        """Index the real trajectories' initial states and admissible actions."""
-        initial: dict[str, str] = {}
-        admissible: dict[tuple[str, str], tuple[str, ...]] = {}
-        for traj in trajectories:
-            if traj.source != "real":
-                continue
-            initial.setdefault(traj.task_id, traj.initial_state)
-            for s in traj.steps:
-                if s.admissible_actions:
-                    key = world_key(s.state)
-                    acts = tuple(s.admissible_actions)
-                    admissible.setdefault((s.task_id, key), acts)
-                    admissible.setdefault(("", key), acts)
-        return cls(initial, admissible)
-
-    def initial_state(self, task_id: str) -> str | None:
-        """The real initial observation of a known task."""
-        return self.initial_states.get(task_id)
-
-    def admissible(self, task_id: str, state: str) -> list[str] | None:
-        """Admissible actions recorded at this world state (same task first), else None."""
-        key = world_key(state)
-        acts = self.admissible_by_state.get((task_id, key)) or self.admissible_by_state.get(
-            ("", key)
-        )
-        return list(acts) if acts else None
 
 
 @dataclass
-class _Episode:
-    """Mutable state of one slot."""
+class _Episode(EpisodeRecord):
+    """Mutable state of one slot (what the LLM env adds to the record)."""
 
-    key: str  # internal episode id (retrieval exclusion, stamping)
-    task: Task
-    initial_state: str
-    state: str
-    steps: list[Transition] = field(default_factory=list)
-    reasoning: list[str | None] = field(default_factory=list)
     admissible: list[str] | None = None
-    finished: bool = False
-    success: bool = False
-    truncated: bool = False
     malformed: bool = False
 
 
-def stamp_trajectory(
-    ep: Any,
-    *,
-    namespace: str,
-    env: str,
-    policy: str,
-    iteration: int,
-    checkpoint: str | None,
-    split: str = "train",
-) -> Trajectory:
-    """A finished synthetic episode as a Trajectory with final ids and provenance.
-
-    ``ep`` has ``key``, ``task``, ``initial_state``, ``steps``, ``success``, ``truncated``.
-    The content hash keeps ids distinct across env instances that share a namespace.
-    """
-    content = stable_id(*(f"{t.action}\x1e{t.next_state}" for t in ep.steps))
-    episode_id = stable_id(namespace, iteration, checkpoint, policy, ep.key, content)
-    prov = Provenance(policy=policy, iteration=iteration, checkpoint=checkpoint)
-    steps = [
-        s.model_copy(
-            update={
-                "id": Transition.make_id(episode_id, s.step_index),
-                "episode_id": episode_id,
-                "provenance": prov,
-            }
-        )
-        for s in ep.steps
-    ]
-    return Trajectory(
-        episode_id=episode_id,
-        task_id=ep.task.task_id,
-        env=env,
-        split=split,  # type: ignore[arg-type]
-        source="synthetic",
-        policy=policy,
-        initial_state=ep.initial_state,
-        steps=steps,
-        success=ep.success,
-        truncated=ep.truncated,
-    )
-
-
-def generate_fns(
-    backend: Any, cfg: SyntheticEnvConfig, stop: Sequence[str] = ("</reward>",)
-) -> tuple[GenerateFn, GenerateFn]:
-    """(generate, resample) over a generation backend with the env's decoding settings.
-
-    ``backend`` is anything with the ``generate(prompts, *, max_new_tokens, temperature,
-    top_p, stop, batch_size, seed)`` method: ``components.lm.generate.Generator`` (local
-    transformers) or ``components.lm.openai_backend.OpenAIBackend`` (a vLLM server; build
-    it with ``on_failure="empty"`` so a failed request is a malformed answer, resampled
-    once, instead of an exception). ``resample`` samples at ``resample_temperature``.
-    """
-    calls = Counter[str]()
-
-    def make(temperature: float, name: str) -> GenerateFn:
-        def fn(prompts: list[Messages]) -> list[str]:
-            calls[name] += 1  # a new seed per call: sampled resamples differ across steps
-            return backend.generate(
-                prompts,
-                max_new_tokens=cfg.max_new_tokens,
-                temperature=temperature,
-                top_p=cfg.top_p,
-                stop=stop,
-                batch_size=cfg.gen_batch_size,
-                seed=cfg.seed + calls[name] if temperature > 0 else None,
-            )
-
-        return fn
-
-    return make(cfg.temperature, "generate"), make(cfg.resample_temperature, "resample")
-
-
-# the first name of ``generate_fns`` (components/stages/evaluation.py imports it)
-local_generate_fns = generate_fns
-
-
-def prompt_settings(cfg: Config, meta: Mapping[str, Any] | None = None) -> PromptSettings:
-    """The model's own prompt settings (from its meta) if known, else config + ablations."""
-    if meta is not None and "prompt" in meta:
-        return PromptSettings(**meta["prompt"])
-    ab = cfg.ablation
-    return settings_for(
-        cfg.synthetic.history_len,
-        cfg.synthetic.k,
-        no_history=ab.no_history,
-        no_replay=ab.no_replay,
-        no_reasoning=ab.no_reasoning,
-        state_target=cfg.experience.state_target,
-    )
-
-
-class VectorSyntheticEnv:
+class VectorSyntheticEnv(EpisodeSlots[_Episode]):
     """Many synthetic episodes advanced together: one generate and one retrieval per step."""
 
     def __init__(
@@ -291,20 +134,14 @@ class VectorSyntheticEnv:
     ) -> None:
         if prompt.k > 0 and retriever is None:
             raise ValueError("k > 0 needs a retriever (or use k = 0, the no-replay ablation)")
+        super().__init__(env_name, namespace)
         self.generate = generate
         self.resample = resample or generate  # a sampling `generate` can resample itself
         self.index = index
         self.cfg = cfg
         self.prompt = prompt
         self.retriever = retriever
-        self.name = env_name
-        self.namespace = namespace
         self.generated_states: dict[str, str] = {}  # task_id -> model-written initial state
-        self._episodes: list[_Episode] = []
-        self._archive: list[_Episode] = []  # finished episodes of restarted slots
-        self._started = 0  # episodes started by this env (part of every episode key)
-        self._seed: int | None = None
-        self._counts: Counter[str] = Counter()
         self._seconds: Counter[str] = Counter()
 
     @classmethod
@@ -343,29 +180,14 @@ class VectorSyntheticEnv:
     # ------------------------------------------------------------------ state
 
     @property
-    def num_envs(self) -> int:
-        """Slots of the current batch."""
-        return len(self._episodes)
-
-    @property
-    def active(self) -> list[bool]:
-        """Per slot: the episode is still running."""
-        return [not e.finished for e in self._episodes]
-
-    @property
-    def done(self) -> bool:
-        """Every episode of the batch has finished."""
-        return all(e.finished for e in self._episodes)
-
-    @property
     def episode_steps(self) -> list[int]:
         """Per slot: steps taken so far in its current episode."""
-        return [len(e.steps) for e in self._episodes]
+        return [len(e.steps) for e in self._slots]
 
     @property
     def tasks(self) -> list[Task]:
         """The task of each slot."""
-        return [e.task for e in self._episodes]
+        return [e.task for e in self._slots]
 
     # ------------------------------------------------------------------ reset
 
@@ -378,7 +200,7 @@ class VectorSyntheticEnv:
         self._seed = seed
         self._archive = []
         states = self._initial_states(tasks)
-        self._episodes = []
+        self._slots = []
         out = [self._start(task, state) for task, state in zip(tasks, states, strict=True)]
         return out
 
@@ -388,28 +210,26 @@ class VectorSyntheticEnv:
         The finished episodes stay available to ``trajectories()``. For PPO-style continuous
         rollouts and throughput measurements; GRPO groups simply run a batch to the end.
         """
-        slots = [i for i, e in enumerate(self._episodes) if e.finished]
+        slots = [i for i, e in enumerate(self._slots) if e.finished]
         if not slots:
             return {}
-        tasks = [self._episodes[i].task for i in slots]
+        tasks = [self._slots[i].task for i in slots]
         states = self._initial_states(tasks)
         out = {}
         for i, task, state in zip(slots, tasks, states, strict=True):
-            self._archive.append(self._episodes[i])
+            self._archive.append(self._slots[i])
             out[i] = self._start(task, state, slot=i)
         return out
 
     def _start(
         self, task: Task, state: str | None, slot: int | None = None
     ) -> tuple[str, dict[str, Any]]:
-        self._started += 1
-        key = stable_id(self.namespace, self._seed, self._started, task.task_id)
+        key = self._episode_key(task)
         ep = _Episode(key=key, task=task, initial_state=state or "", state=state or "")
         if slot is None:
-            self._episodes.append(ep)
+            self._slots.append(ep)
         else:
-            self._episodes[slot] = ep
-        self._counts["episodes"] += 1
+            self._slots[slot] = ep
         if state is None:  # generated task whose initial state could not be written
             ep.finished = ep.malformed = True
             self._counts["n_failed_init"] += 1
@@ -461,15 +281,15 @@ class VectorSyntheticEnv:
 
     def step(self, actions: Sequence[str | None]) -> list[StepOutput | None]:
         """Advance every live episode by its action; finished slots return None."""
-        if len(actions) != len(self._episodes):
-            raise ValueError(f"{len(actions)} actions for {len(self._episodes)} episodes")
-        live = [i for i, e in enumerate(self._episodes) if not e.finished]
-        results: list[StepOutput | None] = [None] * len(self._episodes)
+        if len(actions) != len(self._slots):
+            raise ValueError(f"{len(actions)} actions for {len(self._slots)} episodes")
+        live = [i for i, e in enumerate(self._slots) if not e.finished]
+        results: list[StepOutput | None] = [None] * len(self._slots)
         if not live:
             return results
         start = time.perf_counter()
         acts = {i: _norm(actions[i] or "") or EMPTY_ACTION for i in live}
-        queries = [self._query(self._episodes[i], acts[i]) for i in live]
+        queries = [query_transition(self._slots[i], acts[i], self.name) for i in live]
         t0 = time.perf_counter()
         retrieved = (
             self.retriever(queries, self.prompt.k)
@@ -478,11 +298,11 @@ class VectorSyntheticEnv:
         )
         self._seconds["retrieve"] += time.perf_counter() - t0
         prompts = [
-            self._messages(self._episodes[i], acts[i], hits[: self.prompt.k])
+            step_messages(self._slots[i], acts[i], hits[: self.prompt.k], self.prompt)
             for i, hits in zip(live, retrieved, strict=True)
         ]
 
-        states = [self._episodes[i].state for i in live]
+        states = [self._slots[i].state for i in live]
 
         def parse(j: int, text: str) -> Prediction:
             return parse_answer(
@@ -494,77 +314,19 @@ class VectorSyntheticEnv:
 
         predictions = self._generate_parsed(prompts, parse, "step")
         for i, (pred, resampled) in zip(live, predictions, strict=True):
-            results[i] = self._advance(self._episodes[i], acts[i], pred, resampled)
+            results[i] = self._advance(self._slots[i], acts[i], pred, resampled)
         self._counts["steps"] += len(live)
         self._counts["step_calls"] += 1
         self._seconds["step"] += time.perf_counter() - start
         return results
 
-    def _query(self, ep: _Episode, action: str) -> Transition:
-        # a throwaway record: retrieval embeds (task, state, action) and skips its episode
-        return Transition(
-            id=stable_id(ep.key, len(ep.steps), "query"),
-            task_id=ep.task.task_id,
-            env=self.name,
-            episode_id=ep.key,
-            step_index=len(ep.steps),
-            instruction=ep.task.instruction,
-            state=ep.state,
-            action=action,
-            next_state="",
-            reward=0,
-            done=False,
-            valid_action=True,
-            source="synthetic",
-            provenance=Provenance(policy=QUERY_POLICY),
-        )
-
-    def _messages(self, ep: _Episode, action: str, retrieved: Sequence[Transition]) -> Messages:
-        n = self.prompt.history_len
-        history = tuple((s.action, s.next_state) for s in ep.steps[-n:]) if n > 0 else ()
-        ctx = StepContext(
-            instruction=ep.task.instruction,
-            state=ep.state,
-            action=action,
-            history=history,
-            retrieved=tuple(retrieved),
-        )
-        return [
-            {"role": "system", "content": SYSTEM_PROMPT},
-            {"role": "user", "content": render_prompt(ctx, self.prompt.state_target)},
-        ]
-
     def _generate_parsed(
         self, prompts: list[Messages], parse: Callable[[int, str], Any], what: str
     ) -> list[tuple[Any, bool]]:
-        """(parsed or None, resampled) per prompt: one batched resample of malformed answers.
-
-        ``parse(j, text)`` parses the answer to prompt ``j`` (a delta needs its state).
-        """
-        suffix = "" if what == "step" else f"_{what}"  # step counters keep the short names
-        t0 = time.perf_counter()
-        texts = self.generate(prompts)
-        self._seconds[f"generate_{what}"] += time.perf_counter() - t0
-        if len(texts) != len(prompts):
-            raise ValueError(f"generate returned {len(texts)} answers for {len(prompts)} prompts")
-        parsed = [self._try(parse, j, t, suffix) for j, t in enumerate(texts)]
-        bad = [j for j, p in enumerate(parsed) if p is None]
-        if bad:
-            self._counts[f"n_resampled{suffix}"] += len(bad)
-            t0 = time.perf_counter()
-            again = self.resample([prompts[j] for j in bad])
-            self._seconds[f"resample_{what}"] += time.perf_counter() - t0
-            for j, text in zip(bad, again, strict=True):
-                parsed[j] = self._try(parse, j, text, suffix)
-        resampled = set(bad)
-        return [(p, j in resampled) for j, p in enumerate(parsed)]
-
-    def _try(self, parse: Callable[[int, str], Any], j: int, text: str, suffix: str) -> Any:
-        try:
-            return parse(j, text)
-        except MalformedOutputError:
-            self._counts[f"n_malformed{suffix}"] += 1
-            return None
+        """(parsed or None, resampled) per prompt (``generate_parsed`` with this env's counts)."""
+        return generate_parsed(
+            self.generate, self.resample, prompts, parse, what, self._counts, self._seconds
+        )
 
     def _advance(
         self, ep: _Episode, action: str, pred: Prediction | None, resampled: bool
@@ -580,21 +342,16 @@ class VectorSyntheticEnv:
         terminated = pred.reward == 1
         truncated = not terminated and len(ep.steps) + 1 >= self.cfg.max_steps
         ep.steps.append(
-            Transition(
-                id=Transition.make_id(ep.key, len(ep.steps)),
-                task_id=ep.task.task_id,
+            episode_transition(
+                ep,
+                Transition.make_id(ep.key, len(ep.steps)),
                 env=self.name,
-                episode_id=ep.key,
-                step_index=len(ep.steps),
-                instruction=ep.task.instruction,
-                state=ep.state,
                 action=action,
                 next_state=pred.next_state,
                 reward=pred.reward,
                 done=terminated or truncated,
                 admissible_actions=ep.admissible,
                 valid_action=valid,
-                source="synthetic",
                 provenance=Provenance(policy=QUERY_POLICY),
             )
         )
@@ -631,34 +388,6 @@ class VectorSyntheticEnv:
         }
 
     # ------------------------------------------------------------------ outputs
-
-    def trajectories(
-        self,
-        *,
-        policy: str,
-        iteration: int = 0,
-        checkpoint: str | None = None,
-        split: str = "train",
-        include_empty: bool = False,
-    ) -> list[Trajectory]:
-        """The batch's episodes (restarted ones first) as synthetic Trajectory records."""
-        return [
-            stamp_trajectory(
-                ep,
-                namespace=self.namespace,
-                env=self.name,
-                policy=policy,
-                iteration=iteration,
-                checkpoint=checkpoint,
-                split=split,
-            )
-            for ep in [*self._archive, *self._episodes]
-            if ep.steps or include_empty
-        ]
-
-    def episode_reasoning(self) -> list[list[str | None]]:
-        """Per slot, the model's reasoning for each recorded step (for judging)."""
-        return [list(e.reasoning) for e in self._episodes]
 
     def metrics(self, reset: bool = False) -> dict[str, float]:
         """Counts (steps, malformed, resampled, failed) and seconds per phase since creation."""

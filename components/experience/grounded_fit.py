@@ -1,0 +1,118 @@
+"""Fitting the grounded model on real transitions: its tables, edits, templates, classifiers."""
+
+from __future__ import annotations
+
+import random
+from collections import Counter, defaultdict
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from components.experience.grounded_outcome import (
+    _LogisticRegression,
+    best_f1_threshold,
+    episode_rows,
+    outcome_features,
+)
+from components.experience.grounded_state import (
+    EDIT_OPERATORS,
+    apply_edit,
+    feedback_template,
+    parse_command,
+    world_key,
+)
+from components.memory import split_state
+from components.schema import Trajectory, Transition
+
+if TYPE_CHECKING:
+    from components.experience.grounded import GroundedModel
+
+
+def fit_tables(model: GroundedModel, trajectories: Sequence[Trajectory]) -> dict[str, Any]:
+    """Index real transitions, learn edits and templates, fit won/lost classifiers.
+
+    Fills ``model``'s tables and classifiers; returns the fit statistics.
+    """
+    real = [t for t in trajectories if t.source == "real" and t.steps]
+    if not real:
+        raise ValueError("the grounded experience model needs real trajectories")
+    edit_hits: dict[tuple[str, str], Counter] = defaultdict(Counter)
+    feats, won, lost, games = [], [], [], []
+    for traj in real:
+        model.initial.setdefault(
+            traj.task_id, (traj.initial_state, tuple(traj.steps[0].admissible_actions or ()))
+        )
+    for mem, s, was_lost in episode_rows(real):
+        _index(model, s, was_lost)
+        verb, x, prep, y = parse_command(s.action)
+        loc0, sur0, inv0 = split_state(s.state)
+        loc1, sur1, inv1 = split_state(s.next_state)
+        valid = bool(s.admissible_actions and s.action in s.admissible_actions)
+        fb = s.next_state.rsplit("Feedback: ", 1)[-1] if "Feedback: " in s.next_state else ""
+        if verb != "go":
+            model.templates[(verb, prep, valid)][feedback_template(fb, x, y)] += 1
+        if valid and verb != "go" and loc0 == loc1:
+            for op in EDIT_OPERATORS:
+                edit_hits[(verb, prep)][op] += apply_edit(op, sur0, inv0, x, prep, y) == (
+                    sur1,
+                    inv1,
+                )
+        feats.append(outcome_features(mem, s.action, s.admissible_actions or ()))
+        won.append(int(s.reward == 1))
+        lost.append(int(was_lost))
+        games.append(s.task_id)
+    model.edits = {k: c.most_common(1)[0][0] for k, c in edit_hits.items()}
+    x_all = np.asarray(feats, np.float32)
+    y_won, y_lost = np.asarray(won), np.asarray(lost)
+    stats = _fit_classifiers(model, x_all, y_won, y_lost, games)
+    return {
+        "transitions": len(feats),
+        "wins": int(y_won.sum()),
+        "losses": int(y_lost.sum()),
+        "games": len(set(games)),
+        "edit_verbs": len(model.edits),
+        "templates": sum(len(c) for c in model.templates.values()),
+        **stats,
+    }
+
+
+def _index(model: GroundedModel, s: Transition, lost: bool) -> None:
+    key = world_key(s.state)
+    adm = tuple(s.admissible_actions or ())
+    outcome = (s.next_state, s.reward, s.done and s.reward == 1, lost)
+    model.exact[(s.task_id, key, s.action.lower())][outcome] += 1
+    if adm:
+        model.admissible_by_state[(s.task_id, key)] = adm
+        loc, _, _ = split_state(s.state)
+        model.states_by_room[(s.task_id, loc)].append((key, adm))
+    verb, x, _, _ = parse_command(s.action)
+    loc0, _, _ = split_state(s.state)
+    loc1, sur1, _ = split_state(s.next_state)
+    if verb == "go" and loc1 != loc0:
+        model.exits[(s.task_id, loc0, x)][loc1] += 1
+        model.room_views[(s.task_id, loc1)][sur1] += 1
+
+
+def _fit_classifiers(
+    model: GroundedModel, x: np.ndarray, y_won: np.ndarray, y_lost: np.ndarray, games: list[str]
+) -> dict[str, Any]:
+    # thresholds are chosen on held-out train games, then the models refit on all
+    rng = random.Random(model.settings.seed)
+    ids = sorted(set(games))
+    held = set(rng.sample(ids, max(1, round(model.settings.threshold_holdout * len(ids)))))
+    mask = np.array([g in held for g in games])
+    out: dict[str, Any] = {}
+    for name, y in (("won", y_won), ("lost", y_lost)):
+        if y.sum() == 0:
+            continue
+        threshold, f1 = 0.5, 0.0
+        if y[~mask].sum() and y[mask].sum():
+            part = _LogisticRegression().fit(x[~mask], y[~mask])
+            threshold, f1 = best_f1_threshold(part.proba(x[mask]), y[mask])
+        lr = _LogisticRegression().fit(x, y)
+        setattr(model, f"{name}_model", lr)
+        setattr(model, f"{name}_threshold", threshold)
+        out[f"{name}_threshold"] = threshold
+        out[f"{name}_holdout_f1"] = f1
+    return out
