@@ -124,10 +124,12 @@ def test_cut_at_stop_keeps_the_earliest_stop():
 
 
 @pytest.mark.integration
-def test_compiled_static_path_agrees_with_the_reference_on_cpu(random_model, tokenizer):
-    """The CUDA path (static cache + torch.compile) forced onto the CPU: slow, same answers."""
+def test_static_cache_path_agrees_with_the_reference_on_cpu(random_model, tokenizer):
+    """The CUDA path's static cache forced onto the CPU: same answers. Without
+    torch.compile here (inductor's C++ build takes minutes on 2 cores); the CUDA test
+    below checks the compiled path."""
     ref = Generator(random_model, tokenizer, fast=False).generate(PROMPTS[:3], **GREEDY)
-    gen = Generator(random_model, tokenizer, static_cache=True, compile=True)
+    gen = Generator(random_model, tokenizer, static_cache=True, compile=False)
     # 2 prompts in a batch of 2, then 1 padded to 2: one compiled shape serves both calls
     assert gen.generate(PROMPTS[:3], batch_size=2, **GREEDY) == ref
 
