@@ -7,7 +7,6 @@ import json
 import logging
 import traceback
 from email.utils import formatdate
-from pathlib import Path
 
 import pytest
 
@@ -286,4 +285,7 @@ def test_request_body_and_path(api_key, fake_openai) -> None:
     assert rec.path == "/v1/chat/completions" and rec.method == "POST"
     user = rec.body["messages"][1]["content"]
     assert "Action (a_t): go east 0-0" in user and "Reward: 1" in user
-    assert Path(__file__).exists()
+    # the configured model, a system prompt first, and the answer length capped
+    body = rec.body
+    assert body["model"] == "gpt-4o" and body["messages"][0]["role"] == "system"
+    assert body.get("max_tokens", body.get("max_completion_tokens")) == 64
