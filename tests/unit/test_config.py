@@ -78,3 +78,35 @@ def test_each_method_trains_its_algorithms_seeds(tmp_path: Path):
     bad = _write(tmp_path, lambda r: r["rl"]["grpo"].update(seeds=[7]))
     with pytest.raises(ConfigError, match=r"rl.grpo.seeds \[7\] are not in agent.seeds"):
         load_config(bad)
+
+
+def _leaf_keys(data: dict, prefix: tuple = ()) -> list[tuple]:
+    out: list[tuple] = []
+    for key, value in data.items():
+        if key == "profiles":
+            continue
+        if isinstance(value, dict) and value:
+            out += _leaf_keys(value, (*prefix, key))
+        else:
+            out.append((*prefix, key))
+    return out
+
+
+def test_every_params_key_is_read_somewhere():
+    """A key of params.yaml that no code outside the config classes names is a knob that
+    silently does nothing (attribute access, a string key or a keyword argument count)."""
+    import re
+
+    params = yaml.safe_load((ROOT / "params.yaml").read_text(encoding="utf-8"))
+    code = "\n".join(
+        p.read_text(encoding="utf-8")
+        for folder in ("components", "flows", "bench")
+        for p in sorted((ROOT / folder).rglob("*.py"))
+        if "config" not in p.relative_to(ROOT).parts
+    )
+    unread = [
+        ".".join(leaf)
+        for leaf in _leaf_keys(params)
+        if not re.search(rf"\.{leaf[-1]}\b|[\"']{leaf[-1]}[\"']|\b{leaf[-1]}=", code)
+    ]
+    assert not unread, f"params keys nothing reads: {unread}"
