@@ -50,6 +50,9 @@ class Task(_Record):
     game_file: str | None = Field(default=None, description="path of the real game, if any")
     walkthrough: list[str] | None = None
     generated: bool = Field(default=False, description="written by the task generator")
+    external: bool = Field(
+        default=False, description="brought by the user (tasks.external): never rewritten"
+    )
     parent_task_id: str | None = None
 
 
