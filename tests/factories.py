@@ -93,3 +93,32 @@ def chain_lm(tok: Any) -> Any:
         for t in range(vocab):
             model.lm_head.weight[chain.get(t, y), t] = 1.0
     return model.eval()
+
+
+# RL settings the unit tests were written for: seconds-scale rounds (params.yaml's cpu
+# values, the config classes' defaults, train for minutes)
+SMALL_RL: dict[str, Any] = {
+    "iterations": 10,
+    "tasks_per_iteration": 4,
+    "learning_rate": 1e-5,
+    "epochs": 1,
+    "minibatch_size": None,
+    "micro_batch_size": 8,
+    "max_new_tokens": 64,
+    "save_every": 5,
+}
+
+
+def grpo_config(**overrides: Any) -> Any:
+    """A small GRPOConfig: ``SMALL_RL`` under ``overrides``."""
+    from components.config import GRPOConfig
+
+    return GRPOConfig(**{**SMALL_RL, **overrides})
+
+
+def ppo_config(**overrides: Any) -> Any:
+    """A small PPOConfig: ``SMALL_RL`` with PPO's own small settings under ``overrides``."""
+    from components.config import PPOConfig
+
+    small = {**SMALL_RL, "epochs": 2, "minibatch_size": 16, "gamma": 1.0, "seeds": None}
+    return PPOConfig(**{**small, **overrides})

@@ -37,11 +37,11 @@ class PolicySFTConfig(_Section):
         None, ge=1, description="seeded subset of the SFT examples (None = all)"
     )
     eval_loss_examples: EvalLossExamples = 32
-    epochs: float = Field(1.0, gt=0, description="passes over the examples")
+    epochs: float = Field(20.0, gt=0, description="passes over the examples")
     max_steps: OptimizerSteps = -1
     max_train_minutes: TrainMinutes = None
     learning_rate: LearningRate = 1e-3
-    batch_size: int = Field(8, ge=1, description="sequences (scorer: decisions) per step")
+    batch_size: int = Field(64, ge=1, description="sequences (scorer: decisions) per step")
     grad_accum: GradAccum = 1
     warmup_ratio: WarmupRatio = 0.05
     weight_decay: WeightDecay = 0.0
@@ -58,11 +58,11 @@ class PolicyDPOConfig(_Section):
     max_pairs: int | None = Field(None, ge=1, description="seeded subset of pairs (None = all)")
     beta: float = Field(0.1, gt=0, description="strength of the pull to the SFT reference")
     loss_type: Literal["sigmoid", "ipo", "hinge"] = Field("sigmoid", description="DPO loss")
-    epochs: float = Field(1.0, gt=0, description="passes over the pairs")
+    epochs: float = Field(5.0, gt=0, description="passes over the pairs")
     max_steps: OptimizerSteps = -1
     max_train_minutes: TrainMinutes = None
-    learning_rate: LearningRate = 1e-4
-    batch_size: int = Field(8, ge=1, description="pairs per device step")
+    learning_rate: LearningRate = 3e-4
+    batch_size: int = Field(64, ge=1, description="pairs per device step")
     grad_accum: GradAccum = 1
     warmup_ratio: WarmupRatio = 0.05
     logging_steps: LoggingSteps = 10
@@ -79,10 +79,10 @@ class PolicyEvalConfig(_Section):
     temperature: float = Field(
         1.0, gt=0, description="sampling temperature of the headline (sampled) episodes"
     )
-    greedy: bool = Field(True, description="also play every task greedily and report it")
+    greedy: bool = Field(False, description="also play every task greedily and report it")
     max_new_tokens: int = Field(64, ge=8, description="generation cap per decision")
     gen_batch_size: int = Field(16, ge=1, description="prompts per generate call")
-    parallel_envs: int = Field(8, ge=1, description="episodes stepped together (one env each)")
+    parallel_envs: int = Field(32, ge=1, description="episodes stepped together (one env each)")
 
 
 class ScorerConfig(_Section):
@@ -109,9 +109,9 @@ class AgentConfig(_Section):
         "frozen encoder (cpu); lm: a causal LM answering <think>/<action> (gpu)",
     )
     seeds: tuple[int, ...] = Field(
-        (0,), min_length=1, description="training seeds of every policy method (Table 1)"
+        (0, 1, 2), min_length=1, description="training seeds of every policy method (Table 1)"
     )
-    workers: int = Field(2, ge=1, description="seeds trained / evaluated in parallel processes")
+    workers: int = Field(3, ge=1, description="seeds trained / evaluated in parallel processes")
     scorer: ScorerConfig = ScorerConfig()
     model: str = Field(
         "tiny", description="tiny (from a config) | smollm2 (packaged GGUF) | hub name/path"
@@ -140,10 +140,10 @@ class AgentConfig(_Section):
 class RLAlgoConfig(_Section):
     """Settings shared by multi-turn GRPO and PPO (components/agent/rl.py)."""
 
-    iterations: int = Field(10, ge=0, description="rollout + update rounds in total (resumable)")
-    tasks_per_iteration: int = Field(4, ge=1, description="distinct tasks per round")
+    iterations: int = Field(24, ge=0, description="rollout + update rounds in total (resumable)")
+    tasks_per_iteration: int = Field(32, ge=1, description="distinct tasks per round")
     rollouts_per_task: int = Field(4, ge=1, description="episodes per task per round (GRPO: n)")
-    learning_rate: float = Field(1e-5, gt=0, description="AdamW learning rate of the policy")
+    learning_rate: float = Field(3e-4, gt=0, description="AdamW learning rate of the policy")
     weight_decay: float = Field(0.0, ge=0, description="AdamW weight decay")
     beta: float = Field(0.001, ge=0, description="KL coefficient to the reference (0 = none)")
     entropy_coef: float = Field(
@@ -154,24 +154,24 @@ class RLAlgoConfig(_Section):
     )
     clip_low: float = Field(0.2, gt=0, lt=1, description="ratio clip below 1 (1 - clip_low)")
     clip_high: float = Field(0.2, gt=0, description="ratio clip above 1 (DAPO: 0.28)")
-    epochs: int = Field(1, ge=1, description="passes over each rollout batch")
+    epochs: int = Field(4, ge=1, description="passes over each rollout batch")
     minibatch_size: int | None = Field(
-        None, ge=1, description="turns per optimizer step (null = whole batch, one step/epoch)"
+        256, ge=1, description="turns per optimizer step (null = whole batch, one step/epoch)"
     )
-    micro_batch_size: int = Field(8, ge=1, description="turns per forward pass (memory only)")
+    micro_batch_size: int = Field(256, ge=1, description="turns per forward pass (memory only)")
     aggregation: Literal["token", "sequence"] = Field(
         "token", description="token: mean over completion tokens; sequence: mean of turn means"
     )
     max_grad_norm: float = Field(1.0, gt=0, description="gradient clipping (global norm)")
     temperature: float = Field(1.0, gt=0, description="sampling temperature (log-probs too)")
-    max_new_tokens: int = Field(64, ge=1, description="completion token cap per decision")
+    max_new_tokens: int = Field(48, ge=1, description="completion token cap per decision")
     max_turns: int | None = Field(
         None, ge=1, description="safety cap on turns per episode (the env's limit comes first)"
     )
     max_real_steps: int | None = Field(
         None, ge=0, description="stop after the round that reaches this real-step budget"
     )
-    save_every: int = Field(5, ge=1, description="checkpoint every N rounds (and at the end)")
+    save_every: int = Field(4, ge=1, description="checkpoint every N rounds (and at the end)")
     keep_checkpoints: int = Field(2, ge=1, description="checkpoints kept on disk")
     max_train_minutes: float | None = Field(
         None, gt=0, description="stop (after a checkpoint) once this wall-clock budget is spent"
@@ -203,10 +203,17 @@ class GRPOConfig(RLAlgoConfig):
 class PPOConfig(RLAlgoConfig):
     """Multi-turn PPO: value head, GAE over turns (components/agent/ppo.py)."""
 
+    iterations: int = Field(20, ge=0, description="rollout + update rounds in total (resumable)")
+    tasks_per_iteration: int = Field(128, ge=1, description="distinct tasks per round")
     rollouts_per_task: int = Field(1, ge=1, description="episodes per task per round")
     epochs: int = Field(2, ge=1, description="passes over each rollout batch")
-    minibatch_size: int | None = Field(16, ge=1, description="turns per optimizer step")
-    gamma: float = Field(1.0, ge=0, le=1, description="discount per turn")
+    seeds: list[int] | None = Field(
+        [0],
+        min_length=1,
+        description="training seeds of PPO's runs (real, DreamGym, S2R), a subset of "
+        "agent.seeds; null = agent.seeds",
+    )
+    gamma: float = Field(0.99, ge=0, le=1, description="discount per turn")
     lam: float = Field(0.95, ge=0, le=1, description="GAE lambda")
     vf_coef: float = Field(0.5, ge=0, description="weight of the value loss")
     value_clip: float = Field(0.2, gt=0, description="clip of V around the old value")
@@ -228,10 +235,10 @@ class RLConfig(_Section):
         description="sim-to-real cap: this share of the real steps the real-env run used",
     )
     s2r_tasks_per_iteration: int | None = Field(
-        None, ge=1, description="sim-to-real rounds' task batch (None: the algorithm's own)"
+        8, ge=1, description="sim-to-real rounds' task batch (None: the algorithm's own)"
     )
     dreamgym_iterations: int | None = Field(
-        None,
+        72,
         ge=1,
         description="rounds of RL in the synthetic env (None: the algorithm's own); synthetic "
         "steps cost no real interaction and ~10x less time",

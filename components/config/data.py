@@ -95,7 +95,7 @@ class EnvConfig(_Section):
     """Which real environment the pipeline runs on, and each env's own settings."""
 
     name: EnvName = Field("textworld", description="real environment")
-    max_steps: int = Field(30, ge=1, description="step limit per episode (then truncated)")
+    max_steps: int = Field(20, ge=1, description="step limit per episode (then truncated)")
     scienceworld: ScienceWorldConfig = ScienceWorldConfig()
     miniwob: MiniWoBConfig = MiniWoBConfig()
     agentgym: AgentGymConfig = AgentGymConfig()
@@ -124,8 +124,8 @@ class TaskFamilyConfig(_Section):
 class SplitConfig(_Section):
     """Fractions of games per split; the rest of 1 - train - validation is the test split."""
 
-    train: float = Field(0.7, gt=0, lt=1)
-    validation: float = Field(0.15, ge=0, lt=1)
+    train: float = Field(0.55, gt=0, lt=1)
+    validation: float = Field(0.1, ge=0, lt=1)
 
     @model_validator(mode="after")
     def _leaves_test(self) -> SplitConfig:
@@ -155,11 +155,14 @@ class CollectConfig(_Section):
         Field(description="episodes per demonstration (and validation) game for each policy")
     )
     demo_games: int | None = Field(
-        None, ge=1, description="train games with demonstrations (None = every train game)"
+        20, ge=1, description="train games with demonstrations (None = every train game)"
     )
     explore_episodes: dict[
         Literal["expert", "noisy", "random", "explore"], Annotated[int, Field(ge=0)]
-    ] = Field(default_factory=dict, description="episodes per other train game for each policy")
+    ] = Field(
+        default_factory=lambda: {"explore": 8},
+        description="episodes per other train game for each policy",
+    )
     epsilon: float = Field(0.3, ge=0, le=1, description="noisy policy: random-action rate")
     p_invalid: float = Field(
         0.05, ge=0, le=1, description="noisy/random: rate of inadmissible commands"
@@ -198,7 +201,7 @@ class BufferConfig(_Section):
     """The LanceDB replay buffer: embeddings, retrieval and the co-evolution cap."""
 
     embedder: Literal["minilm", "wordllama", "sentence-transformers"] = Field(
-        "minilm", description="minilm: packaged all-MiniLM-L6-v2; wordllama: fast static"
+        "wordllama", description="minilm: packaged all-MiniLM-L6-v2; wordllama: fast static"
     )
     model_name: str | None = Field(
         None, description="sentence-transformers model name/path (embedder=sentence-transformers)"

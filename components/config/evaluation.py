@@ -107,7 +107,7 @@ class Theorem1Config(_Section):
         "validation", description="real tasks of the real gains (never test: it stays held out)"
     )
     max_rounds: int | None = Field(
-        None, ge=2, description="measure the first N rounds only (None: every round)"
+        12, ge=2, description="measure the first N rounds only (None: every round)"
     )
     max_trajectories: int = Field(
         16, ge=1, description="synthetic trajectories per round replayed for eps_R and eps_P"

@@ -37,15 +37,17 @@ class ExperienceConfig(_Section):
     """The reasoning experience model: base model, prompt shape, SFT and fidelity settings."""
 
     model: str = Field(
-        "tiny", description="tiny (from a config) | smollm2 (packaged GGUF) | hub name/path"
+        "grounded",
+        description="grounded (components/experience/grounded.py) | tiny (from a config) | "
+        "smollm2 (packaged GGUF) | hub name/path",
     )
     tiny_preset: Literal["nano", "micro", "mini", "small"] = Field(
-        "mini", description="size preset of the from-scratch model (model=tiny)"
+        "micro", description="size preset of the from-scratch model (model=tiny)"
     )
     vocab_size: int = Field(4096, ge=300, description="BPE vocabulary trained for model=tiny")
     history_len: int = Field(2, ge=0, description="previous steps in the prompt (0 = none)")
     state_target: Literal["full", "delta"] = Field(
-        "full",
+        "delta",
         description="what <state> holds: the whole next state, or only its changed "
         "'Key: value' lines (decoded exactly against the current state)",
     )
@@ -53,7 +55,7 @@ class ExperienceConfig(_Section):
         2048, ge=64, description="max prompt+answer tokens; longer examples are dropped"
     )
     max_train_examples: int | None = Field(
-        None, ge=1, description="seeded subset of train transitions (None = all)"
+        1400, ge=1, description="seeded subset of train transitions (None = all)"
     )
     min_success_share: float = Field(
         0.0,
@@ -63,9 +65,9 @@ class ExperienceConfig(_Section):
         "reward-1 steps (as many as exist); 0 = a plain random subset",
     )
     epochs: float = Field(1.0, gt=0, description="passes over the train examples")
-    max_steps: OptimizerSteps = -1
-    max_train_minutes: TrainMinutes = None
-    learning_rate: LearningRate = 1e-3
+    max_steps: OptimizerSteps = 350
+    max_train_minutes: TrainMinutes = 20
+    learning_rate: LearningRate = 2e-3
     batch_size: int = Field(4, ge=1, description="sequences per device step")
     grad_accum: GradAccum = 1
     warmup_ratio: WarmupRatio = 0.05
@@ -75,7 +77,7 @@ class ExperienceConfig(_Section):
     lora_r: LoRARank = 16
     lora_alpha: LoRAAlpha = 32
     logging_steps: LoggingSteps = 10
-    save_steps: SaveSteps = 100
+    save_steps: SaveSteps = 50
     eval_loss_examples: EvalLossExamples = 32
     eval_examples: int = Field(
         200, ge=1, description="validation transitions generated for fidelity"
@@ -96,7 +98,7 @@ class ExperienceConfig(_Section):
 class SyntheticEnvConfig(_Section):
     """The synthetic environment driven by the experience model (DreamGym's simulator)."""
 
-    max_steps: int = Field(30, ge=1, description="step limit per synthetic episode")
+    max_steps: int = Field(20, ge=1, description="step limit per synthetic episode")
     history_len: int = Field(2, ge=0, description="previous steps in the prompt (0 = none)")
     k: int = Field(3, ge=0, description="retrieved transitions per step (0 = no replay)")
     temperature: float = Field(0.0, ge=0, description="decoding temperature (0 = greedy)")

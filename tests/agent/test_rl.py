@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from components.agent.grpo import GRPOConfig, group_advantages
+from components.agent.grpo import group_advantages
 from components.agent.policy import PolicySettings, render_answer
 from components.agent.policy_model import MALFORMED_ACTION, ActResult, PolicyModel
-from components.agent.ppo import PPOConfig, gae, normalize
+from components.agent.ppo import gae, normalize
 from components.agent.rl import clipped_token_loss, flatten
 from components.agent.rollout import EnvList, collect_rollouts
 from components.agent.train import (
@@ -22,6 +22,7 @@ from components.agent.train import (
     train_rl,
 )
 from tests.agent.rl_env import TARGET, WORDS, MagicWordEnv, first_observation, magic_task
+from tests.factories import grpo_config, ppo_config
 
 
 def target_logprob(policy: PolicyModel, word: str = TARGET) -> float:
@@ -189,7 +190,7 @@ def test_real_step_counter_is_exact(magic_policy: PolicyModel, tmp_path: Path) -
         return made[-1]
 
     seen: list[int] = []
-    cfg = GRPOConfig(iterations=2, tasks_per_iteration=1, rollouts_per_task=3, max_new_tokens=12)
+    cfg = grpo_config(iterations=2, tasks_per_iteration=1, rollouts_per_task=3, max_new_tokens=12)
     out = train_rl(
         magic_policy,
         factory,
@@ -208,7 +209,7 @@ def test_real_step_counter_is_exact(magic_policy: PolicyModel, tmp_path: Path) -
 @pytest.mark.parametrize(
     "cfg",
     [
-        GRPOConfig(
+        grpo_config(
             iterations=6,
             tasks_per_iteration=2,
             rollouts_per_task=8,
@@ -216,7 +217,7 @@ def test_real_step_counter_is_exact(magic_policy: PolicyModel, tmp_path: Path) -
             max_new_tokens=12,
             save_every=100,
         ),
-        PPOConfig(
+        ppo_config(
             iterations=6,
             tasks_per_iteration=16,
             learning_rate=5e-4,
@@ -274,7 +275,7 @@ class Interrupt(Exception):
 @pytest.mark.parametrize(
     "cfg",
     [
-        GRPOConfig(
+        grpo_config(
             iterations=4,
             tasks_per_iteration=1,
             rollouts_per_task=4,
@@ -282,7 +283,7 @@ class Interrupt(Exception):
             max_new_tokens=12,
             save_every=2,
         ),
-        PPOConfig(
+        ppo_config(
             iterations=4, tasks_per_iteration=4, learning_rate=5e-4, max_new_tokens=12, save_every=2
         ),
     ],
@@ -344,7 +345,7 @@ def test_resume_after_interruption_matches_uninterrupted_run(
 def test_real_step_budget_stops_training_after_a_checkpoint(
     magic_policy: PolicyModel, tmp_path: Path
 ) -> None:
-    cfg = GRPOConfig(
+    cfg = grpo_config(
         iterations=10,
         tasks_per_iteration=1,
         rollouts_per_task=4,
@@ -371,7 +372,7 @@ def test_lora_policy_trains_adapters_only_and_saves_merged(
     magic_policy.add_lora(LoraSettings(r=4, alpha=8))
     assert magic_policy.is_lora
     frozen = {n: p.detach().clone() for n, p in magic_policy.model.named_parameters()}
-    cfg = GRPOConfig(
+    cfg = grpo_config(
         iterations=3,
         tasks_per_iteration=2,
         rollouts_per_task=8,
@@ -413,10 +414,10 @@ def test_env_failures_end_the_episode_count_the_step_and_are_not_trained_on(
     assert crashed.terminated and not crashed.success and len(ok.turns) == 3
     assert batch.real_steps == 5 == sum(e.steps for e in envs)  # the failed step counts
     assert [r.episode for r in flatten(batch.episodes)] == [0, 0, 0]  # crash: not trained on
-    keep_flat = GRPOConfig(max_new_tokens=12, drop_zero_std_groups=False)
+    keep_flat = grpo_config(max_new_tokens=12, drop_zero_std_groups=False)
     assert GRPO(magic_policy, keep_flat).update(batch, 0)["train_turns"] == 3.0
     # by default a group without reward variance costs no update at all
-    stats = GRPO(magic_policy, GRPOConfig(max_new_tokens=12)).update(batch, 0)
+    stats = GRPO(magic_policy, grpo_config(max_new_tokens=12)).update(batch, 0)
     assert stats["train_turns"] == 0.0 and stats["optimizer_steps"] == 0.0
 
 

@@ -6,13 +6,12 @@ from pathlib import Path
 
 import pytest
 
-from components.agent.grpo import GRPOConfig
 from components.agent.policy import PolicySettings
 from components.agent.policy_model import MALFORMED_ACTION, PolicyModel
-from components.agent.ppo import PPOConfig
 from components.agent.rollout import EnvList, collect_rollouts
 from components.agent.train import train_rl
 from components.envs.textworld_env import TextWorldEnv
+from tests.factories import grpo_config, ppo_config
 from tests.integration.textworld_suite import Suite, suite_config
 
 pytestmark = pytest.mark.integration
@@ -71,8 +70,8 @@ def test_malformed_answers_are_invalid_real_steps(
 @pytest.mark.parametrize(
     "cfg",
     [
-        GRPOConfig(iterations=2, tasks_per_iteration=2, rollouts_per_task=2, max_new_tokens=8),
-        PPOConfig(iterations=2, tasks_per_iteration=2, rollouts_per_task=2, max_new_tokens=8),
+        grpo_config(iterations=2, tasks_per_iteration=2, rollouts_per_task=2, max_new_tokens=8),
+        ppo_config(iterations=2, tasks_per_iteration=2, rollouts_per_task=2, max_new_tokens=8),
     ],
     ids=["grpo", "ppo"],
 )

@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from components.agent.grpo import GRPOConfig
 from components.agent.policy_model import ActResult, PolicyModel
 from components.agent.rl import TurnRow, turn_loss
 from tests.agent.rl_env import first_observation
+from tests.factories import grpo_config
 
 COMPLETIONS = ["<action>please</action>", "<action>sesame", "<action>abracadabra</action>", "x"]
 ADVANTAGES = [1.0, -0.5, 0.3, -0.8]
@@ -66,7 +66,7 @@ def test_grpo_loss_and_gradients_match_trl(
         )
         for i, c in enumerate(completions)
     ]
-    cfg = GRPOConfig(
+    cfg = grpo_config(
         beta=BETA,
         clip_low=EPS,
         clip_high=EPS,

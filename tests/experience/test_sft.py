@@ -21,6 +21,7 @@ CFG = ExperienceConfig(
     tiny_preset="nano",
     max_length=1024,
     max_steps=30,
+    max_train_minutes=None,
     batch_size=4,
     learning_rate=5e-3,
     warmup_ratio=0.0,

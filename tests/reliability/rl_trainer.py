@@ -22,14 +22,13 @@ def main(argv: list[str]) -> None:
     """Train as the test asks (arguments: root, out dir, ledger, algorithm, pause per round)."""
     import torch
 
-    from components.agent.grpo import GRPOConfig
     from components.agent.policy import PolicySettings
     from components.agent.policy_model import PolicyModel
-    from components.agent.ppo import PPOConfig
     from components.agent.train import train_rl
     from components.envs.textworld_env import TextWorldEnv
     from components.envs.textworld_tasks import load_task_suite
     from components.schema import Task
+    from tests.factories import grpo_config, ppo_config
 
     torch.set_num_threads(1)  # deterministic and fair on a shared machine
     root, out, ledger = Path(argv[0]), Path(argv[1]), Path(argv[2])
@@ -60,9 +59,9 @@ def main(argv: list[str]) -> None:
         "learning_rate": 1e-3,
     }
     cfg = (
-        GRPOConfig(rollouts_per_task=2, drop_zero_std_groups=False, **common)
+        grpo_config(rollouts_per_task=2, drop_zero_std_groups=False, **common)
         if algo == "grpo"
-        else PPOConfig(minibatch_size=4, **common)
+        else ppo_config(minibatch_size=4, **common)
     )
     texts = [t.instruction for t in tasks] + ["<action>look</action> Location: Inventory:"]
     policy = PolicyModel.tiny(

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
-from pydantic import ValidationError
+from pydantic import BaseModel, TypeAdapter, ValidationError
+from pydantic_core import to_jsonable_python
 
-from components.config import ConfigError, load_config
+from components.config import Config, ConfigError, load_config
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -110,3 +112,61 @@ def test_every_params_key_is_read_somewhere():
         if not re.search(rf"\.{leaf[-1]}\b|[\"']{leaf[-1]}[\"']|\b{leaf[-1]}=", code)
     ]
     assert not unread, f"params keys nothing reads: {unread}"
+
+
+# Fields with no default: params.yaml must give them (the cpu profile's values live there).
+REQUIRED_FIELDS = {"profile", "tasks.families", "collect.episodes"}
+
+
+def _default_disagreements(model: type[BaseModel], params: dict, prefix: str = "") -> list[str]:
+    """Every field of ``model`` (recursively) whose default differs from params.yaml."""
+    out: list[str] = []
+    for name, field in model.model_fields.items():
+        key = f"{prefix}{name}"
+        sub = field.annotation
+        if field.is_required():
+            if isinstance(sub, type) and issubclass(sub, BaseModel):
+                out += _default_disagreements(sub, params.get(name) or {}, f"{key}.")
+            elif key not in REQUIRED_FIELDS:
+                out.append(f"{key}: required, but not in REQUIRED_FIELDS")
+            continue
+        if name not in params:
+            continue  # params.yaml leaves it to the default
+        default = to_jsonable_python(field.get_default(call_default_factory=True))
+        expected = to_jsonable_python(TypeAdapter(sub).validate_python(params[name]))
+        out += _diff(default, expected, key)
+    return out
+
+
+def _diff(default: Any, expected: Any, key: str) -> list[str]:
+    if (
+        isinstance(default, dict)
+        and isinstance(expected, dict)
+        and default.keys() == expected.keys()
+    ):
+        return [d for k in default for d in _diff(default[k], expected[k], f"{key}.{k}")]
+    return [] if default == expected else [f"{key}: class default {default!r}, params {expected!r}"]
+
+
+def test_config_class_defaults_equal_params_yaml():
+    """params.yaml's top-level values (the cpu profile) are the source of truth: a config
+    built in code without params.yaml gets the same settings as the pipeline."""
+    params = yaml.safe_load((ROOT / "params.yaml").read_text(encoding="utf-8"))
+    params.pop("profiles")
+    assert not _default_disagreements(Config, params)
+    for key in REQUIRED_FIELDS:  # each required field is given by params.yaml
+        node = params
+        for part in key.split("."):
+            node = node[part]
+        assert node is not None, key
+
+
+def test_the_defaults_check_catches_a_disagreement():
+    params = yaml.safe_load((ROOT / "params.yaml").read_text(encoding="utf-8"))
+    params.pop("profiles")
+    params["rl"]["ppo"]["gamma"] = 0.5
+    params["env"]["miniwob"]["seeds"]["test"] = 9
+    assert _default_disagreements(Config, params) == [
+        "env.miniwob.seeds.test: class default 4, params 9",
+        "rl.ppo.gamma: class default 0.99, params 0.5",
+    ]
