@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import platform
 import random
 import tempfile
 import time
@@ -24,45 +23,23 @@ REPLAY_CALLS = 300
 
 
 def _device() -> str:
-    model = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return f"cpu: {model} ({os.cpu_count()} cores)"
+    from bench.common import cpu_name
+
+    return f"cpu: {cpu_name()} ({os.cpu_count()} cores)"
 
 
 def _config() -> Any:
-    from components.config import (
-        CollectConfig,
-        Config,
-        EnvConfig,
-        SplitConfig,
-        TaskFamilyConfig,
-        TasksConfig,
-    )
+    from components.config.small import small_config
 
-    return Config(
+    return small_config(
+        [("quest", 2, 3, 6), ("cooking", 2, 1, 3), ("treasure", 2, 5, 15)],
         profile="cpu",
         seed=123,
-        env=EnvConfig(max_steps=30),
-        tasks=TasksConfig(
-            families=(
-                TaskFamilyConfig(name="quest", n_games=2, min_difficulty=3, max_difficulty=6),
-                TaskFamilyConfig(name="cooking", n_games=2, min_difficulty=1, max_difficulty=3),
-                TaskFamilyConfig(name="treasure", n_games=2, min_difficulty=5, max_difficulty=15),
-            ),
-            split=SplitConfig(train=0.6, validation=0.1),
-            workers=2,
-        ),
-        collect=CollectConfig(
-            episodes={"expert": 2, "noisy": 8, "random": 4},
-            splits=("train", "validation", "test"),
-            workers=2,
-        ),
+        max_steps=30,
+        split=(0.6, 0.1),
+        episodes={"expert": 2, "noisy": 8, "random": 4},
+        splits=("train", "validation", "test"),
+        workers=2,
     )
 
 

@@ -78,29 +78,16 @@ def _measure(name: str, make: Callable[[Path], tuple[Any, list[Any], float]]) ->
 
 
 def _textworld(tmp: Path) -> tuple[Any, list[Any], float]:
-    from components.config import (
-        CollectConfig,
-        Config,
-        EnvConfig,
-        SplitConfig,
-        TaskFamilyConfig,
-        TasksConfig,
-    )
+    from components.config.small import small_config
     from components.envs.textworld_env import TextWorldEnv
     from components.envs.textworld_tasks import generate_task_suite
 
-    cfg = Config(
+    cfg = small_config(
+        [("quest", 2, 2, 4), ("treasure", 1, 5, 5)],
         profile="cpu",
         seed=5,
-        env=EnvConfig(max_steps=30),
-        tasks=TasksConfig(
-            families=(
-                TaskFamilyConfig(name="quest", n_games=2, min_difficulty=2, max_difficulty=4),
-                TaskFamilyConfig(name="treasure", n_games=1, min_difficulty=5, max_difficulty=5),
-            ),
-            split=SplitConfig(train=0.6, validation=0.1),
-        ),
-        collect=CollectConfig(episodes={"expert": 1}),
+        max_steps=30,
+        split=(0.6, 0.1),
     )
     t0 = time.perf_counter()
     tasks = generate_task_suite(cfg, tmp / "data" / "tasks", progress=False, root=tmp)
@@ -108,62 +95,45 @@ def _textworld(tmp: Path) -> tuple[Any, list[Any], float]:
     return TextWorldEnv(max_steps=30, root=tmp), tasks, suite_s
 
 
-def _scienceworld(tmp: Path) -> tuple[Any, list[Any], float]:
-    from components.config import (
-        CollectConfig,
-        Config,
-        EnvConfig,
-        ScienceWorldConfig,
-        SplitCountsConfig,
-        TaskFamilyConfig,
-        TasksConfig,
-    )
+_ONE_TRAIN_ONE_TEST = {"train": 1, "validation": 0, "test": 1}  # instances per task name
+
+
+def _suite(
+    env_cfg: Any, generate: Callable[..., list[Any]], tmp: Path
+) -> tuple[Any, list[Any], float]:
+    """An env of ``env_cfg`` and its task suite, generated into ``tmp`` (timed)."""
+    from components.config.small import small_config
     from components.envs import make_env
+
+    cfg = small_config([("quest", 2, 1, 3)], profile="cpu", env=env_cfg)
+    t0 = time.perf_counter()
+    tasks = generate(cfg, tmp, progress=False)
+    suite_s = time.perf_counter() - t0
+    return make_env(cfg.env), tasks, suite_s
+
+
+def _scienceworld(tmp: Path) -> tuple[Any, list[Any], float]:
+    from components.config import EnvConfig, ScienceWorldConfig
     from components.envs.scienceworld_tasks import generate_task_suite
 
     sw = ScienceWorldConfig(
         task_names=("find-animal", "power-component", "lifespan-longest-lived"),
-        variations=SplitCountsConfig(train=1, validation=0, test=1),
+        variations=_ONE_TRAIN_ONE_TEST,
     )
-    cfg = Config(
-        profile="cpu",
-        env=EnvConfig(name="scienceworld", max_steps=30, scienceworld=sw),
-        tasks=TasksConfig(families=(TaskFamilyConfig(name="quest", n_games=2),)),
-        collect=CollectConfig(episodes={"expert": 1}),
-    )
-    t0 = time.perf_counter()
-    tasks = generate_task_suite(cfg, tmp, progress=False)
-    suite_s = time.perf_counter() - t0
-    return make_env(cfg.env), tasks, suite_s
+    env_cfg = EnvConfig(name="scienceworld", max_steps=30, scienceworld=sw)
+    return _suite(env_cfg, generate_task_suite, tmp)
 
 
 def _miniwob(tmp: Path) -> tuple[Any, list[Any], float]:
-    from components.config import (
-        CollectConfig,
-        Config,
-        EnvConfig,
-        MiniWoBConfig,
-        SplitCountsConfig,
-        TaskFamilyConfig,
-        TasksConfig,
-    )
-    from components.envs import make_env
+    from components.config import EnvConfig, MiniWoBConfig
     from components.envs.miniwob_tasks import generate_task_suite
 
     mw = MiniWoBConfig(
         task_names=("login-user", "click-checkboxes", "search-engine", "navigate-tree"),
-        seeds=SplitCountsConfig(train=1, validation=0, test=1),
+        seeds=_ONE_TRAIN_ONE_TEST,
     )
-    cfg = Config(
-        profile="cpu",
-        env=EnvConfig(name="miniwob", max_steps=12, miniwob=mw),
-        tasks=TasksConfig(families=(TaskFamilyConfig(name="quest", n_games=2),)),
-        collect=CollectConfig(episodes={"expert": 1}),
-    )
-    t0 = time.perf_counter()
-    tasks = generate_task_suite(cfg, tmp, progress=False)
-    suite_s = time.perf_counter() - t0
-    return make_env(cfg.env), tasks, suite_s
+    env_cfg = EnvConfig(name="miniwob", max_steps=12, miniwob=mw)
+    return _suite(env_cfg, generate_task_suite, tmp)
 
 
 def _engine_start(name: str) -> float:

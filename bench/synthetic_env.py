@@ -88,17 +88,11 @@ def _machine() -> dict[str, Any]:
     commit = subprocess.run(
         ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False
     ).stdout.strip()
-    model_name = ""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model_name = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
+    from bench.common import cpu_name
+
     return {
         "platform": platform.platform(),
-        "processor": model_name or platform.processor() or platform.machine(),
+        "processor": cpu_name(),
         "cpu_count": os.cpu_count(),
         "load_average": [round(x, 2) for x in os.getloadavg()],
         "python": platform.python_version(),

@@ -125,30 +125,14 @@ def test_the_scoring_policy_refuses_states_without_admissible_commands(scorer):
 @pytest.fixture(scope="session")
 def quest_games(tmp_path_factory):
     """12 short quests (difficulty 1-3): 8 train, 4 held out, with expert episodes."""
-    from components.config import (
-        CollectConfig,
-        Config,
-        EnvConfig,
-        SplitConfig,
-        TaskFamilyConfig,
-        TasksConfig,
-    )
+    from components.config.small import small_config
     from components.data.collect import collect
     from components.envs.textworld_tasks import generate_task_suite
     from components.schema import Trajectory, read_jsonl
 
     root = tmp_path_factory.mktemp("quests")
-    cfg = Config(
-        profile="ci",
-        seed=3,
-        env=EnvConfig(max_steps=10),
-        tasks=TasksConfig(
-            families=(
-                TaskFamilyConfig(name="quest", n_games=12, min_difficulty=1, max_difficulty=3),
-            ),
-            split=SplitConfig(train=0.67, validation=0.0),
-        ),
-        collect=CollectConfig(episodes={"expert": 1}, splits=("train",)),
+    cfg = small_config(
+        [("quest", 12, 1, 3)], seed=3, max_steps=10, split=(0.67, 0.0), splits=("train",)
     )
     tasks = generate_task_suite(cfg, root / "data" / "tasks", progress=False, root=root)
     collect(cfg, tasks, root / "raw", root, progress=False)
@@ -198,9 +182,9 @@ def test_rl_trainers_update_the_scoring_policy(quest_games, algo, tmp_path, one_
     """One short GRPO / PPO run on real games changes the weights through >= 1 update."""
     from components.agent.scorer import ScorerPolicy, ScorerSettings
     from components.agent.train import train_rl
-    from components.config import GRPOConfig, PPOConfig
     from components.curriculum.sampling import VarianceTaskSampler
     from components.envs.textworld_env import TextWorldEnv
+    from tests.factories import grpo_config, ppo_config
 
     cfg, root, tasks, _ = quest_games
     train = [t for t in tasks if t.split == "train"]
@@ -208,9 +192,9 @@ def test_rl_trainers_update_the_scoring_policy(quest_games, algo, tmp_path, one_
     before = [p.detach().clone() for p in policy.model.parameters()]
     common = {"iterations": 2, "learning_rate": 1e-3, "epochs": 2, "minibatch_size": 64}
     algo_cfg = (
-        GRPOConfig(tasks_per_iteration=4, rollouts_per_task=4, **common)
+        grpo_config(tasks_per_iteration=4, rollouts_per_task=4, **common)
         if algo == "grpo"
-        else PPOConfig(tasks_per_iteration=8, **common)
+        else ppo_config(tasks_per_iteration=8, **common)
     )
     summary = train_rl(
         policy,

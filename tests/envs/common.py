@@ -11,7 +11,8 @@ from typing import Any
 
 import pytest
 
-from components.config import CollectConfig, Config, EnvConfig, TaskFamilyConfig, TasksConfig
+from components.config import Config, EnvConfig
+from components.config.small import small_config
 from components.data.collect import collect
 from components.envs.base import EnvError
 from components.schema import Task, Trajectory, read_jsonl
@@ -24,16 +25,13 @@ def env_config(
     p_invalid: float = 0.3,
 ) -> Config:
     """A ci Config around ``env``: train-split collection, one process, the given mix."""
-    return Config(
-        profile="ci",
+    return small_config(
+        [("quest", 2, 1, 3)],
         env=env,
-        tasks=TasksConfig(families=(TaskFamilyConfig(name="quest", n_games=2),)),
-        collect=CollectConfig(
-            episodes=episodes or {"expert": 1, "noisy": 1, "random": 1},
-            p_invalid=p_invalid,
-            splits=("train",),
-            workers=1,
-        ),
+        episodes=episodes or {"expert": 1, "noisy": 1, "random": 1},
+        p_invalid=p_invalid,
+        splits=("train",),
+        workers=1,
     )
 
 

@@ -8,15 +8,8 @@ from typing import Any
 
 import pytest
 
-from components.config import (
-    CollectConfig,
-    Config,
-    EnvConfig,
-    JudgeConfig,
-    SplitConfig,
-    TaskFamilyConfig,
-    TasksConfig,
-)
+from components.config import Config, JudgeConfig
+from components.config.small import small_config
 from components.schema import Provenance, Task, Trajectory, Transition, stable_id
 
 KEY_ENV = "DREAMGYM_TEST_JUDGE_KEY"
@@ -37,18 +30,8 @@ class Games:
 
 def suite_config() -> Config:
     # two quest games of difficulty 3: 3-step walkthroughs (open, take, put / go, take, put)
-    return Config(
-        profile="ci",
-        seed=7,
-        env=EnvConfig(max_steps=12),
-        tasks=TasksConfig(
-            families=(
-                TaskFamilyConfig(name="quest", n_games=2, min_difficulty=3, max_difficulty=3),
-            ),
-            split=SplitConfig(train=0.4, validation=0.3),
-            workers=2,
-        ),
-        collect=CollectConfig(episodes={"expert": 1}, splits=("train",), workers=1),
+    return small_config(
+        [("quest", 2, 3, 3)], seed=7, split=(0.4, 0.3), splits=("train",), workers=1
     )
 
 
