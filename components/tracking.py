@@ -272,12 +272,27 @@ def register_model_dir(
     aliases: tuple[str, ...] = (),
     artifact_path: str = "model",
     tags: Mapping[str, Any] | None = None,
+    kind: str | None = None,
 ) -> str:
-    """Log a saved model directory as run artifacts and register it; returns the version."""
+    """Log a saved model directory as run artifacts and register it; returns the version.
+
+    With ``kind`` (components/registry_models.py KINDS) the version is a pyfunc model
+    holding the folder as its artifact (``mlflow.pyfunc.load_model("models:/...")``);
+    without it, the plain folder.
+    """
+    import tempfile
+
     from mlflow import MlflowClient
     from mlflow.exceptions import MlflowException
 
-    run.log_artifact(local_dir, artifact_path)
+    if kind is None:
+        run.log_artifact(local_dir, artifact_path)
+    else:
+        from components.registry_models import save_pyfunc
+
+        with tempfile.TemporaryDirectory() as tmp:
+            save_pyfunc(local_dir, kind, Path(tmp) / "pyfunc")
+            run.log_artifact(Path(tmp) / "pyfunc", artifact_path)
     client = MlflowClient()
     try:
         client.get_registered_model(name)
