@@ -23,6 +23,7 @@ if TYPE_CHECKING:
 # the nightly refresh: fresh real data, buffer, annotation, experience model and fidelity
 NIGHTLY_FAMILIES = ("data", "experience")
 FIDELITY_STAGE = "evaluate_fidelity"  # writes the held-out metric the promotion rule reads
+TABLE1_STAGE = "table1"  # held-out success per method: picks policy@champion
 
 
 def _run(name: str, root: str, stages: list[str], force: bool) -> list[str]:
@@ -43,11 +44,14 @@ def pipeline(
     """Run the given DVC stages (default: all) in order; returns the stages run.
 
     With ``promote``, a run that evaluated the experience model's fidelity applies the
-    promotion rule to ``experience-model@candidate`` afterwards.
+    promotion rule to ``experience-model@candidate`` afterwards, and a run that built
+    Table 1 chooses ``policy@champion`` from it.
     """
     ran = _run("pipeline", root, stages or stage_order(Path(root).resolve()), force)
     if promote and FIDELITY_STAGE in ran:
         promote_experience_model(Path(root).resolve())
+    if promote and TABLE1_STAGE in ran:
+        promote_policy(Path(root).resolve())
     return ran
 
 
@@ -115,13 +119,32 @@ def bump_collect_round(root: Path) -> int:
 def promote_experience_model(root: Path) -> Decision:
     """Apply the promotion rule to ``experience-model@candidate`` (after its fidelity)."""
     from components.config import load_config
-    from components.evaluation.promotion import apply_promotion
+    from components.evaluation.promotion import EXPERIENCE_FLOORS, apply_promotion
     from components.stages.experience import REGISTERED_MODEL
 
     cfg = load_config(root / "params.yaml")
     decision = apply_promotion(
-        root, REGISTERED_MODEL, cfg.promotion.experience_metric, cfg.promotion.margin
+        root,
+        REGISTERED_MODEL,
+        cfg.promotion.experience_metric,
+        cfg.promotion.margin,
+        floors=tuple(m for m, _ in EXPERIENCE_FLOORS),  # beat the trivial baselines first
     )
+    get_run_logger().info("promotion of %s: %s", REGISTERED_MODEL, decision)
+    return decision
+
+
+def promote_policy(root: Path) -> Decision:
+    """``policy@champion``: Table 1's best held-out success, if above random and the champion."""
+    import json
+
+    from components.config import Paths, load_config
+    from components.evaluation.promotion import apply_policy_promotion
+    from components.stages.agent import REGISTERED_MODEL, TABLE1_METRICS
+
+    cfg = load_config(root / "params.yaml")
+    table1 = json.loads((Paths(root).metrics / TABLE1_METRICS).read_text(encoding="utf-8"))
+    decision = apply_policy_promotion(root, table1, cfg.promotion.margin, name=REGISTERED_MODEL)
     get_run_logger().info("promotion of %s: %s", REGISTERED_MODEL, decision)
     return decision
 

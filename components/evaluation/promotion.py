@@ -15,17 +15,38 @@ Both numbers must come from the same held-out evaluation (the real test split); 
 evaluation stage records them as model-version tags (``metric_tags``), and
 ``apply_promotion`` reads them back, decides, moves the ``champion`` alias through
 components/tracking.py and records the decision on the candidate version.
+
+Quality floors come first, champion or not (a model with reward accuracy 0 must never
+serve): every floor metric of the candidate must **beat its trivial baseline** on the
+same held-out data (``baseline_tags``): the experience model its reward accuracy the
+majority class and its next-state match "nothing changes" (``EXPERIENCE_FLOORS``); a
+policy its success the random policy. ``policy@champion`` is the method with the best
+held-out success in Table 1 (``apply_policy_promotion``).
+
+Ablation experiments (any ``ablation.*`` switch on) register under ``<name>-ablation``
+with an ``ablation`` tag and no alias (``registry_target``), and are never promoted.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 CANDIDATE, CHAMPION = "candidate", "champion"
 TAG_PREFIX = "heldout"
+BASELINE_PREFIX = "baseline"
+ABLATION_SUFFIX = "-ablation"
+POLICY_METRIC = "success"
+RANDOM_METHOD = "random"
+# (metric, its trivial baseline in metrics/fidelity.json) the experience model must beat
+EXPERIENCE_FLOORS = (
+    ("reward_accuracy", "majority_baseline_reward_accuracy"),
+    ("state_exact_match", "copy_baseline_state_exact_match"),
+    ("state_token_f1", "copy_baseline_state_token_f1"),
+)
 _EPS = 1e-9  # metrics are decimals: 0.41 - 0.40 must count as 0.01
 LOWER_IS_BETTER = frozenset({"eps_R", "eps_P", "eps_P_proxy", "malformed_rate", "eval_loss"})
 
@@ -129,6 +150,49 @@ def metric_from_tags(tags: Mapping[str, str], metric: str) -> HeldOutMetric | No
         return None
 
 
+def baseline_tags(metric: str, value: float) -> dict[str, str]:
+    """Model-version tag recording the trivial baseline a floor ``metric`` must beat."""
+    return {f"{BASELINE_PREFIX}.{metric}": repr(float(value))}
+
+
+def floor_failure(tags: Mapping[str, str], floors: Sequence[str]) -> str | None:
+    """Why a candidate fails its quality floors (None: it beats every baseline)."""
+    for metric in floors:
+        cand = metric_from_tags(tags, metric)
+        raw = tags.get(f"{BASELINE_PREFIX}.{metric}")
+        if cand is None or raw is None:
+            return f"no held-out {metric} and baseline to check the quality floor"
+        try:
+            base = float(raw)
+        except ValueError:
+            return f"unreadable baseline of {metric}: {raw!r}"
+        higher = higher_is_better(metric)
+        gain = cand.value - base if higher else base - cand.value
+        if gain <= _EPS:  # a tie with a trivial baseline is no model
+            return f"{metric} {cand.value:.4f} does not beat its baseline {base:.4f}"
+    return None
+
+
+def ablation_of(switches: Mapping[str, bool]) -> str | None:
+    """The ablation switches that are on, comma-joined (None: not an ablation run)."""
+    on = sorted(k for k, v in switches.items() if v)
+    return ",".join(on) or None
+
+
+def registry_target(
+    name: str, aliases: tuple[str, ...], switches: Mapping[str, bool]
+) -> tuple[str, tuple[str, ...], dict[str, str]]:
+    """(registered name, aliases, extra tags) of a model trained under ``switches``.
+
+    An ablation run registers under ``<name>-ablation``, tagged with its switches, and
+    sets no alias: it never moves ``candidate``, ``champion`` or a method's alias.
+    """
+    ablation = ablation_of(switches)
+    if ablation is None:
+        return name, aliases, {}
+    return f"{name}{ABLATION_SUFFIX}", (), {"ablation": ablation}
+
+
 def apply_promotion(
     root: Path,
     name: str,
@@ -137,11 +201,18 @@ def apply_promotion(
     *,
     candidate_alias: str = CANDIDATE,
     champion_alias: str = CHAMPION,
+    floors: Sequence[str] = (),
 ) -> Decision:
-    """Decide for ``name@candidate`` vs ``name@champion``; move the alias if it wins."""
+    """Decide for ``name@candidate`` vs ``name@champion``; move the alias if it wins.
+
+    ``floors``: metrics the candidate must beat its trivial baseline on (``baseline_tags``)
+    before it is compared with the champion at all.
+    """
     from components import tracking
 
     tracking.configure(root)
+    if name.endswith(ABLATION_SUFFIX):
+        return Decision(False, f"{name} is an ablation: never promoted")
     cand = tracking.model_version_by_alias(name, candidate_alias)
     if cand is None:
         return Decision(False, f"no {name}@{candidate_alias}")
@@ -153,8 +224,13 @@ def apply_promotion(
             False, "candidate is already the champion", None, cand_version, champ_version
         )
     cand_metric = metric_from_tags(cand_tags, metric)
-    if cand_metric is None:
+    failure = floor_failure(cand_tags, floors)
+    if "ablation" in cand_tags:
+        decision = Decision(False, f"candidate is an ablation ({cand_tags['ablation']})")
+    elif cand_metric is None:
         decision = Decision(False, f"candidate has no held-out {metric}")
+    elif failure is not None:
+        decision = Decision(False, f"quality floor: {failure}")
     elif champ is None:
         decision = decide(cand_metric, None, margin, higher=higher_is_better(metric))
     else:
@@ -179,3 +255,53 @@ def apply_promotion(
         },
     )
     return decision
+
+
+def best_method(rows: Mapping[str, Any]) -> str | None:
+    """The trained method with the highest held-out success in a Table-1 section."""
+    scored = {
+        m: float(r["success"])
+        for m, r in rows.items()
+        if m != RANDOM_METHOD and isinstance(r, Mapping) and r.get("success") is not None
+    }
+    return max(sorted(scored), key=lambda m: scored[m]) if scored else None
+
+
+def apply_policy_promotion(
+    root: Path, table1: Mapping[str, Any], margin: float, *, name: str = "policy"
+) -> Decision:
+    """``policy@champion`` from Table 1: the best held-out success, above random.
+
+    The best method's version (alias = the method) gets its held-out success and the
+    random policy's as tags, then the promotion rule runs with the success floor.
+    """
+    from components import tracking
+
+    envs = [k for k, v in table1.items() if not k.startswith("_") and isinstance(v, Mapping)]
+    if len(envs) != 1:
+        return Decision(False, f"expected one environment in table1, got {envs}")
+    rows = table1[envs[0]]
+    method = best_method(rows)
+    if method is None:
+        return Decision(False, "no evaluated policy in table1")
+    random_row = rows.get(RANDOM_METHOD)
+    if not isinstance(random_row, Mapping) or random_row.get("success") is None:
+        return Decision(False, "no random baseline in table1: the floor cannot be checked")
+    row = rows[method]
+    low, high = row.get("ci_low"), row.get("ci_high")
+    held_out = HeldOutMetric(
+        float(row["success"]),
+        None if low is None or high is None else min(float(low), float(row["success"])),
+        None if low is None or high is None else max(float(high), float(row["success"])),
+        row.get("episodes"),
+    )
+    tracking.configure(root)
+    tags = {
+        **metric_tags(POLICY_METRIC, held_out),
+        **baseline_tags(POLICY_METRIC, float(random_row["success"])),
+    }
+    if tracking.tag_model_alias(name, method, tags) is None:
+        return Decision(False, f"no {name}@{method} registered")
+    return apply_promotion(
+        root, name, POLICY_METRIC, margin, candidate_alias=method, floors=(POLICY_METRIC,)
+    )

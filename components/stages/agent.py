@@ -68,17 +68,31 @@ def load_trajectories(paths: Paths) -> list[Trajectory]:
 
 
 def register(run: Any, cfg: Config, out: Path, method: str, tags: dict[str, Any]) -> str:
-    """Register a policy directory as ``policy`` with aliases ``candidate`` and the method."""
+    """Register a policy directory as ``policy`` with aliases ``candidate`` and the method.
+
+    An ablation run registers under ``policy-ablation`` with no alias (promotion.py).
+    """
+    from components.evaluation.promotion import registry_target
     from components.tracking import register_model_dir
 
+    name, aliases, extra = registry_target(
+        REGISTERED_MODEL, (CANDIDATE_ALIAS, method), cfg.ablation.model_dump()
+    )
     version = register_model_dir(
         run,
         out,
-        REGISTERED_MODEL,
-        aliases=(CANDIDATE_ALIAS, method),
-        tags={"method": method, "policy": cfg.agent.policy, "profile": cfg.profile, **tags},
+        name,
+        aliases=aliases,
+        tags={
+            "method": method,
+            "policy": cfg.agent.policy,
+            "profile": cfg.profile,
+            **tags,
+            **extra,
+        },
+        kind="policy",  # a pyfunc model: mlflow.pyfunc.load_model("models:/policy@...")
     )
-    run.set_tags({"registered_model": f"{REGISTERED_MODEL}/{version}"})
+    run.set_tags({"registered_model": f"{name}/{version}"})
     return version
 
 
@@ -264,6 +278,7 @@ def evaluate_policy(cfg: Config, paths: Paths, method: str) -> dict[str, Any]:
     from components.agent.evaluate import held_out_tasks
     from components.agent.loading import is_policy_dir, seed_dir
     from components.agent.table1 import GREEDY, SAMPLED, mode_summary
+    from components.evaluation.promotion import ablation_of
     from components.stages.data import load_tasks
     from components.stages.parallel import run_jobs
     from components.tracking import stage_run, tag_model_alias
@@ -312,7 +327,8 @@ def evaluate_policy(cfg: Config, paths: Paths, method: str) -> dict[str, Any]:
         greedy = numbers(summary.get(GREEDY, {}))
         run.log_metrics(numbers(summary) | {f"greedy.{k}": v for k, v in greedy.items()})
         run.log_dict(rows, f"eval/{method}_episodes.json")
-        if method != RANDOM:
+        # an ablation run's policy is not behind policy@<method>: tag nothing there
+        if method != RANDOM and ablation_of(cfg.ablation.model_dump()) is None:
             tag_model_alias(
                 REGISTERED_MODEL,
                 method,

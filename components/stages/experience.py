@@ -161,10 +161,31 @@ def grounded_settings(cfg: Config, variant: str) -> Any:
     )
 
 
+def register_experience_model(run: Any, cfg: Config, out: Path, base_model: str) -> str:
+    """Register ``out`` as a pyfunc ``experience-model@candidate`` (ablation runs: apart)."""
+    from components.evaluation.promotion import registry_target
+    from components.tracking import register_model_dir
+
+    # an ablation experiment registers under experience-model-ablation, with no alias
+    name, aliases, extra = registry_target(
+        REGISTERED_MODEL, (CANDIDATE_ALIAS,), cfg.ablation.model_dump()
+    )
+    version = register_model_dir(
+        run,
+        out,
+        name,
+        aliases=aliases,
+        tags={"base_model": base_model, "profile": cfg.profile, **extra},
+        kind="experience",  # loads with mlflow.pyfunc.load_model("models:/...")
+    )
+    run.set_tags({"registered_model": f"{name}/{version}"})
+    return version
+
+
 def train_grounded(cfg: Config, paths: Paths, variant: str) -> dict[str, Any]:
     """Fit the grounded experience model on real train trajectories, save and register."""
     from components.experience.grounded import GroundedModel
-    from components.tracking import register_model_dir, stage_run
+    from components.tracking import stage_run
 
     start = time.perf_counter()
     train = [t for t in _load_trajectories(paths) if t.split == "train" and t.source == "real"]
@@ -189,13 +210,7 @@ def train_grounded(cfg: Config, paths: Paths, variant: str) -> dict[str, Any]:
         run.log_metrics(numbers(metrics))
         version = None
         if variant == "full":
-            version = register_model_dir(
-                run,
-                out,
-                REGISTERED_MODEL,
-                aliases=(CANDIDATE_ALIAS,),
-                tags={"base_model": GROUNDED, "profile": cfg.profile},
-            )
+            version = register_experience_model(run, cfg, out, GROUNDED)
     write_json(paths.metrics / EXPERIENCE_METRICS_DIR / f"{variant}.json", numbers(metrics))
     log.info("grounded experience model (%s) fitted: %s", variant, numbers(metrics))
     return {**metrics, "registered_version": version, "model_dir": str(out)}
@@ -247,7 +262,7 @@ def train_experience_model(cfg: Config, paths: Paths, variant: str = "full") -> 
     from components.experience.sft import prepare_checkpoints, save_model, train_sft
     from components.lm.models import count_parameters
     from components.teacher.annotate import load_annotations
-    from components.tracking import register_model_dir, stage_run
+    from components.tracking import stage_run
 
     ecfg = cfg.experience
     settings = prompt_settings(cfg, variant)
@@ -340,14 +355,7 @@ def train_experience_model(cfg: Config, paths: Paths, variant: str = "full") -> 
         run.log_dict(result.log_history, "sft/log_history.json")
         version = None
         if variant == "full":  # ablation variants only feed the fidelity table
-            version = register_model_dir(
-                run,
-                out,
-                REGISTERED_MODEL,
-                aliases=(CANDIDATE_ALIAS,),
-                tags={"base_model": ecfg.model, "profile": cfg.profile},
-            )
-            run.set_tags({"registered_model": f"{REGISTERED_MODEL}/{version}"})
+            version = register_experience_model(run, cfg, out, ecfg.model)
     write_json(paths.metrics / EXPERIENCE_METRICS_DIR / f"{variant}.json", numbers(metrics))
     shutil.rmtree(ckpt, ignore_errors=True)  # finished: the next run starts fresh
     log.info("experience model (%s) trained: %s", ecfg.model, result.metrics())
@@ -361,7 +369,13 @@ def evaluate_fidelity(cfg: Config, paths: Paths) -> dict[str, Any]:
     the full model, open-loop rollouts on validation episodes. Never the test split.
     """
     from components.evaluation.fidelity import worst_rows
-    from components.evaluation.promotion import HeldOutMetric, metric_tags
+    from components.evaluation.promotion import (
+        EXPERIENCE_FLOORS,
+        HeldOutMetric,
+        ablation_of,
+        baseline_tags,
+        metric_tags,
+    )
     from components.tracking import stage_run, tag_model_alias
 
     trajectories = _load_trajectories(paths)
@@ -408,18 +422,27 @@ def evaluate_fidelity(cfg: Config, paths: Paths) -> dict[str, Any]:
             ),
             **metric_tags("fidelity_score", HeldOutMetric(full["fidelity_score"], n=full["n"])),
         }
-        version = tag_model_alias(
-            REGISTERED_MODEL,
-            CANDIDATE_ALIAS,
-            {
-                **held_out,
-                "fidelity.eps_R": round(full["eps_R"], 4),
-                "fidelity.state_soft_match": round(full["state_soft_match"], 4),
-                "fidelity.malformed_rate": round(full["malformed_rate"], 4),
-                "fidelity.n": full["n"],
-                "fidelity.run_id": run.run_id,
-            },
-        )
+        # the quality floors: each metric beside its trivial baseline on the same data
+        for metric, baseline in EXPERIENCE_FLOORS:
+            if metric in full and baseline in full:
+                if metric != "reward_accuracy":
+                    held_out.update(metric_tags(metric, HeldOutMetric(full[metric], n=full["n"])))
+                held_out.update(baseline_tags(metric, full[baseline]))
+        version = None
+        if ablation_of(cfg.ablation.model_dump()) is None:
+            # an ablation run's model is not experience-model@candidate: tag nothing
+            version = tag_model_alias(
+                REGISTERED_MODEL,
+                CANDIDATE_ALIAS,
+                {
+                    **held_out,
+                    "fidelity.eps_R": round(full["eps_R"], 4),
+                    "fidelity.state_soft_match": round(full["state_soft_match"], 4),
+                    "fidelity.malformed_rate": round(full["malformed_rate"], 4),
+                    "fidelity.n": full["n"],
+                    "fidelity.run_id": run.run_id,
+                },
+            )
     write_json(paths.metrics / FIDELITY_METRICS, {v: numbers(m) for v, m in table.items()})
     for variant, m in table.items():
         log.info(

@@ -10,12 +10,18 @@ from components.config import load_config
 from components.evaluation.promotion import (
     CANDIDATE,
     CHAMPION,
+    EXPERIENCE_FLOORS,
     HeldOutMetric,
+    apply_policy_promotion,
     apply_promotion,
+    baseline_tags,
+    best_method,
     decide,
+    floor_failure,
     higher_is_better,
     metric_from_tags,
     metric_tags,
+    registry_target,
 )
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -114,3 +120,143 @@ def test_apply_promotion_moves_the_champion_alias(tmp_path: Path):
     assert d3.promote and d3.champion_version == v1
     assert tracking.model_version_by_alias(name, CHAMPION)[0] == v3
     assert MlflowClient().get_model_version(name, v3).tags["promotion.decision"] == "promoted"
+
+
+# --- quality floors, ablations, policy@champion from Table 1 (issue 23, item 5) ----------
+
+
+def _floor_tags(metric: str, value: float, baseline: float) -> dict[str, str]:
+    return {**metric_tags(metric, m(value)), **baseline_tags(metric, baseline)}
+
+
+def test_floor_refuses_a_candidate_not_above_its_trivial_baseline():
+    tags = {
+        **_floor_tags("reward_accuracy", 0.93, 0.9373),  # the majority class does better
+        **_floor_tags("state_exact_match", 0.28, 0.04),
+    }
+    reason = floor_failure(tags, ("reward_accuracy", "state_exact_match"))
+    assert reason == "reward_accuracy 0.9300 does not beat its baseline 0.9373"
+    tie = _floor_tags("state_exact_match", 0.04, 0.04)  # "nothing changes" ties: refused
+    assert "does not beat" in floor_failure(tie, ("state_exact_match",))
+    assert "no held-out" in floor_failure(metric_tags("success", m(0.9)), ("success",))
+    good = {**tags, **_floor_tags("reward_accuracy", 0.977, 0.937)}
+    assert floor_failure(good, ("reward_accuracy", "state_exact_match")) is None
+    assert floor_failure({}, ()) is None  # no floors asked: the old rule alone
+
+
+def test_ablation_runs_register_apart_and_move_no_alias():
+    on = {"no_replay": True, "no_history": False, "no_reasoning": True}
+    assert registry_target("policy", (CANDIDATE, "sft"), on) == (
+        "policy-ablation",
+        (),
+        {"ablation": "no_reasoning,no_replay"},
+    )
+    off = dict.fromkeys(on, False)
+    assert registry_target("policy", (CANDIDATE, "sft"), off) == ("policy", (CANDIDATE, "sft"), {})
+
+
+def test_best_method_ignores_random_and_missing_success():
+    rows = {"random": {"success": 0.9}, "sft": {"success": 0.7}, "dpo": {"success": 0.76}}
+    assert best_method({**rows, "ppo": {"success": None}}) == "dpo"
+    assert best_method({"random": {"success": 0.2}}) is None
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(180)
+def test_experience_floors_and_ablations_through_the_registry(tmp_path: Path):
+    from mlflow import MlflowClient
+
+    from components import tracking
+    from components.stages.experience import REGISTERED_MODEL, register_experience_model
+
+    cfg = load_config(ROOT / "params.yaml", profile="ci")
+    model_dir = tmp_path / "model"
+    model_dir.mkdir()
+    (model_dir / "weights.bin").write_bytes(b"\0" * 16)
+    floors = tuple(metric for metric, _ in EXPERIENCE_FLOORS)
+
+    def register(reward_acc: float, state_em: float) -> str:
+        with tracking.stage_run("train", "experience", cfg, (), tmp_path) as run:
+            version = register_experience_model(run, cfg, model_dir, "grounded")
+            tags = {
+                **metric_tags("reward_accuracy", m(reward_acc, reward_acc - 0.01, reward_acc)),
+                **baseline_tags("reward_accuracy", 0.937),
+                **_floor_tags("state_exact_match", state_em, 0.043),
+                **_floor_tags("state_token_f1", 0.78, 0.73),
+            }
+            tracking.tag_model_alias(REGISTERED_MODEL, CANDIDATE, tags)
+        return version
+
+    def promote():
+        return apply_promotion(tmp_path, REGISTERED_MODEL, "reward_accuracy", 0.02, floors=floors)
+
+    register(0.0, 0.28)  # reward accuracy 0: no champion yet, still refused
+    d = promote()
+    assert not d.promote and d.reason.startswith("quality floor: reward_accuracy 0.0000")
+    assert tracking.model_version_by_alias(REGISTERED_MODEL, CHAMPION) is None
+    register(0.97, 0.01)  # worse than "nothing changes" on the next state
+    assert "state_exact_match 0.0100 does not beat" in promote().reason
+    v3 = register(0.97, 0.28)
+    assert (
+        promote().promote and tracking.model_version_by_alias(REGISTERED_MODEL, CHAMPION)[0] == v3
+    )
+
+    # an ablation experiment: its own registered model, no alias anywhere, never promoted
+    ablation = cfg.model_copy(
+        update={"ablation": cfg.ablation.model_copy(update={"no_replay": True})}
+    )
+    with tracking.stage_run("train", "experience", ablation, (), tmp_path) as run:
+        version = register_experience_model(run, ablation, model_dir, "grounded")
+    client = MlflowClient()
+    mv = client.get_model_version(f"{REGISTERED_MODEL}-ablation", version)
+    assert mv.tags["ablation"] == "no_replay" and not mv.aliases
+    assert tracking.model_version_by_alias(REGISTERED_MODEL, CANDIDATE)[0] == v3
+    d = apply_promotion(tmp_path, f"{REGISTERED_MODEL}-ablation", "reward_accuracy", 0.02)
+    assert not d.promote and "ablation" in d.reason
+
+
+def _table1(**success: float) -> dict:
+    rows = {
+        k: {
+            "success": v,
+            "ci_low": max(0.0, v - 0.05),
+            "ci_high": min(1.0, v + 0.05),
+            "episodes": 100,
+        }
+        for k, v in success.items()
+    }
+    return {"_provenance": {"profile": "ci"}, "textworld": rows}
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(180)
+def test_policy_champion_is_the_best_held_out_success_above_random(tmp_path: Path):
+    from components import tracking
+
+    cfg = load_config(ROOT / "params.yaml", profile="ci")
+    model_dir = tmp_path / "model"
+    model_dir.mkdir()
+    (model_dir / "weights.bin").write_bytes(b"\0" * 16)
+    versions = {}
+    for method in ("sft", "dreamgym_grpo"):
+        with tracking.stage_run("train", "agent", cfg, (), tmp_path) as run:
+            versions[method] = tracking.register_model_dir(
+                run, model_dir, "policy", aliases=(CANDIDATE, method)
+            )
+
+    # every method at or below the random policy: refused, no champion
+    d = apply_policy_promotion(tmp_path, _table1(random=0.5, sft=0.4, dreamgym_grpo=0.5), 0.02)
+    assert (
+        not d.promote
+        and d.reason == "quality floor: success 0.5000 does not beat its baseline 0.5000"
+    )
+    assert tracking.model_version_by_alias("policy", CHAMPION) is None
+    assert "no random baseline" in apply_policy_promotion(tmp_path, _table1(sft=0.7), 0.02).reason
+
+    # the best held-out success wins (not the last trained candidate, sft)
+    d = apply_policy_promotion(tmp_path, _table1(random=0.16, sft=0.70, dreamgym_grpo=0.84), 0.02)
+    assert d.promote and d.candidate_version == versions["dreamgym_grpo"]
+    assert tracking.model_version_by_alias("policy", CHAMPION)[0] == versions["dreamgym_grpo"]
+    # a lucky-looking sft within the margin does not displace it
+    d = apply_policy_promotion(tmp_path, _table1(random=0.16, sft=0.85, dreamgym_grpo=0.80), 0.02)
+    assert not d.promote and "below margin" in d.reason

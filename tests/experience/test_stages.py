@@ -29,7 +29,8 @@ def test_train_then_evaluate_fidelity(tmp_path, trajectories, reasoning):
     cfg = load_config(ROOT / "params.yaml", profile="ci")
     cfg = cfg.model_copy(
         update={
-            "ablation": AblationConfig(no_replay=True),  # no buffer needed
+            # k = 0: no buffer needed, and not an ablation run (those register apart)
+            "buffer": cfg.buffer.model_copy(update={"k": 0}),
             # the LM experience model (the gpu profile's kind), from scratch and tiny
             "experience": cfg.experience.model_copy(
                 update={
@@ -88,3 +89,19 @@ def test_train_then_evaluate_fidelity(tmp_path, trajectories, reasoning):
     assert str(version.version) == trained["registered_version"] == result["registered_version"]
     assert version.source.startswith("runs:/") and version.source.endswith("/model")
     assert version.tags["fidelity.n"] == "4"
+    # the floors' baselines ride along; the version loads by URI as a pyfunc model
+    assert "baseline.reward_accuracy" in version.tags
+    loaded = mlflow.pyfunc.load_model(f"models:/{REGISTERED_MODEL}@candidate")
+    step = trajectories[0].steps[0]
+    row = {"instruction": step.instruction, "state": step.state, "action": step.action}
+    out = loaded.predict(row)  # a tiny model may answer malformed: then None, never a guess
+    assert list(out.columns) == ["next_state", "reward", "done", "reasoning"] and len(out) == 1
+
+    # an ablation experiment registers apart and moves no alias
+    ablation = cfg.model_copy(update={"ablation": AblationConfig(no_replay=True)})
+    apart = train_experience_model(ablation, paths)
+    mv = client.get_model_version(f"{REGISTERED_MODEL}-ablation", apart["registered_version"])
+    assert mv.tags["ablation"] == "no_replay" and not mv.aliases
+    assert (
+        client.get_model_version_by_alias(REGISTERED_MODEL, "candidate").version == version.version
+    )
