@@ -4,7 +4,23 @@ from __future__ import annotations
 
 from typing import Any
 
-from components.schema import Provenance, Trajectory, Transition, stable_id
+from components.schema import Provenance, Task, Trajectory, Transition, stable_id
+
+
+def make_task(
+    task_id: str = "tw-quest-0",
+    instruction: str = "Find the key and open the chest.",
+    seed: int = 0,
+    **fields: Any,
+) -> Task:
+    """A train-split difficulty-1 TextWorld quest task; ``fields`` override the rest."""
+    base: dict[str, Any] = {"env": "textworld", "family": "quest", "difficulty": 1}
+    return Task(
+        task_id=task_id,
+        instruction=instruction,
+        seed=seed,
+        **{**base, "split": "train", **fields},
+    )
 
 
 def make_trajectory(

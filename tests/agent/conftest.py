@@ -4,18 +4,16 @@ from __future__ import annotations
 
 import pytest
 
+from components.lm.decoding import torch_threads
+
 # --- RL (tests/agent/test_rl*.py) -------------------------------------------------------
 
 
 @pytest.fixture
 def one_thread():
     """Run torch on one thread: on a contended 2-core box two threads were ~80x slower."""
-    import torch
-
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+    with torch_threads(1):
+        yield
 
 
 @pytest.fixture(scope="session")

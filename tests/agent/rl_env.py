@@ -7,6 +7,7 @@ from typing import Any
 from components.agent.policy import SYSTEM_PROMPT, Observation, render_answer
 from components.envs.base import ADMISSIBLE, FEEDBACK, VALID, WON, EnvError
 from components.schema import Task
+from tests.factories import make_task
 
 WORDS = ("abracadabra", "please", "sesame")
 TARGET = "abracadabra"
@@ -50,16 +51,7 @@ class MagicWordEnv:
 
 def magic_task(i: int = 0, target: str = TARGET) -> Task:
     """A magic-word task."""
-    return Task(
-        task_id=f"magic-{i}",
-        env="magic",
-        family="quest",
-        difficulty=1,
-        split="train",
-        instruction=INSTRUCTION,
-        seed=i,
-        walkthrough=[target],
-    )
+    return make_task(f"magic-{i}", INSTRUCTION, i, env="magic", walkthrough=[target])
 
 
 def first_observation() -> Observation:

@@ -9,16 +9,9 @@ import pytest
 from components.envs.base import ADMISSIBLE, EnvError
 from components.envs.episodic import EpisodicEnv, Step, collapse, normalize_command
 from components.schema import Task
+from tests.factories import make_task
 
-TASK = Task(
-    task_id="count-0",
-    env="counter",
-    family="quest",
-    difficulty=1,
-    split="train",
-    instruction="Count to three, then win.",
-    seed=0,
-)
+TASK = make_task("count-0", "Count to three, then win.", env="counter")
 
 
 class CounterEnv(EpisodicEnv):

@@ -575,17 +575,10 @@ def test_restart_finished_keeps_the_batch_full(model):
 
 def test_a_variant_of_a_variant_starts_from_the_real_root_game():
     from components.experience.task_generation import generated_task
-    from components.schema import Task
+    from tests.factories import make_task
 
-    root = Task(
-        task_id="tw-quest-0001",
-        env="textworld",
-        family="quest",
-        difficulty=2,
-        split="train",
-        instruction="Go east. Then take the key.",
-        seed=1,
-        game_file="games/q.z8",
+    root = make_task(
+        "tw-quest-0001", "Go east. Then take the key.", 1, difficulty=2, game_file="games/q.z8"
     )
     child = generated_task(root, "Go east.")
     grandchild = generated_task(child, "Take the key.")

@@ -20,8 +20,9 @@ from components.experience.dataset import (
     select_transitions,
 )
 from components.experience.synthetic_env import RealStateIndex
+from components.lm.decoding import torch_threads
 from components.schema import Provenance, Task, Trajectory, Transition, stable_id
-from tests.factories import make_trajectory
+from tests.factories import make_task, make_trajectory
 
 INSTRUCTION = "Find the key and open the chest."
 INVALID_ACTION = "dance wildly"
@@ -65,12 +66,8 @@ def pool_retriever(pool: Sequence[Transition]):
 @pytest.fixture(scope="session", autouse=True)
 def one_torch_thread():
     """One torch thread: on the contended 2-core machine two threads are many times slower."""
-    import torch
-
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+    with torch_threads(1):
+        yield
 
 
 @pytest.fixture(scope="session")
@@ -89,18 +86,7 @@ def pool(trajectories) -> list[Transition]:
 @pytest.fixture(scope="session")
 def tasks() -> list[Task]:
     """The two known tasks of the fixture episodes."""
-    return [
-        Task(
-            task_id=f"tw-quest-{i}",
-            env="textworld",
-            family="quest",
-            difficulty=1,
-            split="train",
-            instruction=INSTRUCTION,
-            seed=i,
-        )
-        for i in range(2)
-    ]
+    return [make_task(f"tw-quest-{i}", INSTRUCTION, i) for i in range(2)]
 
 
 @pytest.fixture(scope="session")

@@ -15,7 +15,7 @@ from components.experience.synthetic_env import (
     world_key,
 )
 from components.lm.generate import Generator
-from components.schema import Task
+from tests.factories import make_task
 from tests.synthetic.conftest import (
     INSTRUCTION,
     INVALID_ACTION,
@@ -213,14 +213,10 @@ def test_reward_terminates_and_max_steps_truncates(index, tasks):
 
 
 def test_generated_task_gets_one_model_written_initial_state_per_group(index, tasks):
-    gen = Task(
-        task_id="gen-quest-abc",
-        env="textworld",
-        family="quest",
-        difficulty=1,
-        split="train",
-        instruction="Find the lamp and light it.",
-        seed=1,
+    gen = make_task(
+        "gen-quest-abc",
+        "Find the lamp and light it.",
+        1,
         generated=True,
         parent_task_id="tw-quest-0",
     )
