@@ -45,7 +45,9 @@ class Task(_Record):
     family: str = Field(min_length=1, description="task family, e.g. 'quest', 'cooking'")
     difficulty: Count
     split: Split
-    instruction: str = Field(min_length=1, description="the goal shown to the agent")
+    # may be empty: a user's game without a goal is played for exploration (generated tasks
+    # are still rejected when empty, by curriculum.selection.well_formed)
+    instruction: str = Field(description="the goal shown to the agent ('' for a goal-less game)")
     seed: Int64
     game_file: str | None = Field(default=None, description="path of the real game, if any")
     walkthrough: list[str] | None = None
@@ -73,7 +75,7 @@ class Transition(_Record):
     env: str = Field(min_length=1)
     episode_id: str = Field(min_length=1)
     step_index: Index
-    instruction: str = Field(min_length=1)
+    instruction: str = Field(description="the task's instruction ('' for a goal-less game)")
     state: str
     action: str = Field(min_length=1)
     next_state: str
