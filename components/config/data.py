@@ -12,6 +12,10 @@ from components.config.base import _Section
 # (AgentGym-style HTTP env servers the user runs, see components/envs/agentgym_http.py)
 ENV_NAMES = ("textworld", "scienceworld", "miniwob", "webshop", "alfworld", "webarena")
 EnvName = Literal["textworld", "scienceworld", "miniwob", "webshop", "alfworld", "webarena"]
+# won: 1 on the step that wins (the paper's outcome reward); score: the game's own score gain
+# normalised by its max score (dense or balanced games keep their partial credit)
+RewardMode = Literal["won", "score"]
+SCORED_ENVS = ("textworld", "scienceworld")  # the envs whose engine keeps a score
 
 
 class SplitCountsConfig(_Section):
@@ -96,9 +100,20 @@ class EnvConfig(_Section):
 
     name: EnvName = Field("textworld", description="real environment")
     max_steps: int = Field(20, ge=1, description="step limit per episode (then truncated)")
+    reward: RewardMode = Field(
+        "won",
+        description="won: 1 on the step that wins the game, else 0; score: the game's own "
+        "score gain / its max score (textworld, scienceworld); the step info logs both",
+    )
     scienceworld: ScienceWorldConfig = ScienceWorldConfig()
     miniwob: MiniWoBConfig = MiniWoBConfig()
     agentgym: AgentGymConfig = AgentGymConfig()
+
+    @model_validator(mode="after")
+    def _scored(self) -> EnvConfig:
+        if self.reward == "score" and self.name not in SCORED_ENVS:
+            raise ValueError(f"reward: score needs an env that keeps a score {SCORED_ENVS}")
+        return self
 
 
 class TaskFamilyConfig(_Section):

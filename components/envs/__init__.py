@@ -14,7 +14,13 @@ from components.schema import Task
 def _textworld(env_cfg: EnvConfig, root: Path | None, expert: bool, shared: Any = None) -> Env:
     from components.envs.textworld_env import TextWorldEnv
 
-    return TextWorldEnv(max_steps=env_cfg.max_steps, root=root, expert=expert, engines=shared)
+    return TextWorldEnv(
+        max_steps=env_cfg.max_steps,
+        root=root,
+        expert=expert,
+        engines=shared,
+        reward=env_cfg.reward,
+    )
 
 
 def _scienceworld(env_cfg: EnvConfig, root: Path | None, expert: bool, shared: Any = None) -> Env:
@@ -25,6 +31,7 @@ def _scienceworld(env_cfg: EnvConfig, root: Path | None, expert: bool, shared: A
         max_steps=env_cfg.max_steps,
         simplifications=sw.simplifications,
         max_admissible=sw.max_admissible,
+        reward=env_cfg.reward,
     )
 
 

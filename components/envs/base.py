@@ -12,8 +12,9 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Final, Protocol, runtime_checkable
 
+from components.config.data import RewardMode
 from components.schema import Task, write_jsonl
 
 # info keys shared by every env (no magic strings elsewhere)
@@ -22,8 +23,23 @@ VALID = "valid_action"  # bool: was the last action admissible
 WON = "won"  # bool: task completed
 LOST = "lost"  # bool: the game is lost (dead end)
 FEEDBACK = "feedback"  # str: the env's direct response to the last action
+NORM_SCORE = "norm_score"  # float: the game's own score / its max score (0 if it has none)
+
+# env.reward: what step() returns as reward (both WON and NORM_SCORE are in the info)
+REWARD_WON: Final[RewardMode] = "won"  # 1 on the step that wins, else 0 (the default)
+REWARD_SCORE: Final[RewardMode] = "score"  # the step's gain of NORM_SCORE
 
 TASKS_FILE = "tasks.jsonl"  # every env's task suite, in the generate-tasks stage's out dir
+
+
+def step_reward(mode: RewardMode, won: bool, norm_score: float, previous: float) -> float:
+    """The reward of a step under ``mode``: 1/0 for winning, or the normalised score gain."""
+    return norm_score - previous if mode == REWARD_SCORE else int(won)
+
+
+def normalised_score(score: float | None, max_score: float | None) -> float:
+    """``score / max_score``; 0 for a game without a score (goal-less games have none)."""
+    return float(score or 0) / max_score if max_score else 0.0
 
 
 class EnvError(RuntimeError):
@@ -35,7 +51,7 @@ class StepResult:
     """The real outcome of one action."""
 
     observation: str
-    reward: int
+    reward: float  # 1/0 with env.reward = won (the default), the score gain with score
     terminated: bool
     truncated: bool
     info: dict[str, Any] = field(default_factory=dict)
@@ -56,7 +72,7 @@ class Env(Protocol):
         """Start an episode of ``task``; returns the initial abstract state and info."""
         ...
 
-    def step(self, action: str) -> tuple[str, int, bool, bool, dict[str, Any]]:
+    def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
         """Apply ``action``; returns (observation, reward, terminated, truncated, info)."""
         ...
 

@@ -15,9 +15,30 @@ from typing import Any
 from components.envs.base import EnvError, StepResult
 from components.schema import Task
 
-Step = tuple[str, int, bool, bool, dict[str, Any]]
+# reward: 1/0 with reward = "won" (the default), the normalised score gain with "score"
+Step = tuple[str, float, bool, bool, dict[str, Any]]
 NOT_RUNNING = "step() called before reset() or after the episode ended"
 _WS = re.compile(r"\s+")
+
+# Out-of-world commands of interactive-fiction engines (Inform7 / Z-machine) and simulators:
+# they end, restart or rewind the session (quit locks the game in a yes/no prompt, restart
+# desyncs the tracked state), write files into the working directory (save, script) or
+# change how the game prints itself. None is an action of the task, so the envs refuse
+# them before they reach the engine (unless the game itself lists one as admissible).
+META_VERBS = frozenset(
+    {
+        "quit", "q", "restart", "reset", "save", "load", "restore", "undo", "script",
+        "transcript", "unscript", "noscript", "verbose", "brief", "superbrief", "long",
+        "short", "normal", "notify", "verify", "version", "pronouns", "nouns", "fullscore",
+    }
+)  # fmt: skip
+META_PHRASES = frozenset({"full score"})  # commands whose first word alone is no meta-verb
+META_PREFIXES = ("tw-",)  # TextWorld's own debug commands (its wrapper reads state with them)
+META_FEEDBACK = (
+    "That command is not available: game commands such as quit, restart, save, restore or "
+    "undo are not part of the task. The game goes on."
+)
+_WORD = re.compile(r"[a-z][\w-]*")
 
 
 def collapse(text: str | None) -> str:
@@ -28,6 +49,19 @@ def collapse(text: str | None) -> str:
 def normalize_command(command: str) -> str:
     """Canonical form of a command: lower case, single spaces (newlines would inject input)."""
     return collapse(command).lower()
+
+
+def is_meta_command(command: str, admissible: list[str] | None = None) -> bool:
+    """True if ``command`` is a game meta-command (quit, save, undo...) the game did not list."""
+    text = normalize_command(command)
+    if admissible and text in {normalize_command(a) for a in admissible}:
+        return False
+    # compare words, not punctuation: "quit." or "save," still reach Inform7's verbs
+    words = _WORD.findall(text)
+    if not words:
+        return False
+    verb = words[0]
+    return verb in META_VERBS or " ".join(words) in META_PHRASES or verb.startswith(META_PREFIXES)
 
 
 class EpisodicEnv:

@@ -10,9 +10,11 @@ shipped as a jar and driven over py4j. A Task names one *variation* of one task 
     Inventory: an orange
     Feedback: <the simulator's answer to the last action>
 
-Rewards are outcome-only: 1 on the step where the task is completed with score 100, else
-0. A negative score (e.g. focusing on the wrong object) loses the episode. ``truncated``
-after ``max_steps`` steps.
+Rewards are outcome-only by default (``reward="won"``): 1 on the step where the task is
+completed with score 100, else 0; ``reward="score"`` returns the step's gain of the score
+(0-1) instead; the info logs both. A negative score (e.g. focusing on the wrong object)
+loses the episode. ``truncated`` after ``max_steps`` steps. ``reset task`` and the other
+meta-commands (``episodic.META_VERBS``) never reach the simulator: the step is refused.
 
 Determinism. Stock ScienceWorld is not replayable: objects are kept in hash sets keyed by
 JVM identity hash codes, so listing order, gold paths and even temperatures differ between
@@ -41,8 +43,26 @@ import json
 import re
 from typing import Any
 
-from components.envs.base import ADMISSIBLE, FEEDBACK, LOST, VALID, WON, EnvError
-from components.envs.episodic import EpisodicEnv, Step, collapse, normalize_command
+from components.config.data import RewardMode
+from components.envs.base import (
+    ADMISSIBLE,
+    FEEDBACK,
+    LOST,
+    NORM_SCORE,
+    REWARD_WON,
+    VALID,
+    WON,
+    EnvError,
+    step_reward,
+)
+from components.envs.episodic import (
+    META_FEEDBACK,
+    EpisodicEnv,
+    Step,
+    collapse,
+    is_meta_command,
+    normalize_command,
+)
 from components.schema import Task
 
 ENV_NAME = "scienceworld"
@@ -227,8 +247,10 @@ class ScienceWorldEnv(EpisodicEnv):
         max_steps: int,
         simplifications: str = "",
         max_admissible: int = DEFAULT_MAX_ADMISSIBLE,
+        reward: RewardMode = REWARD_WON,
     ) -> None:
         super().__init__(max_steps)
+        self.reward = reward
         if max_admissible < len(ALWAYS_ADMISSIBLE) + 1:
             raise ValueError(f"max_admissible must be >= {len(ALWAYS_ADMISSIBLE) + 1}")
         self.simplifications = simplifications
@@ -237,6 +259,7 @@ class ScienceWorldEnv(EpisodicEnv):
         self._task_name = ""
         self._gold: list[str] = []
         self._gold_pos = 0
+        self._score = 0.0  # the task score (0-1) after the last step
 
     # -- the engine ----------------------------------------------------------------------
 
@@ -289,6 +312,7 @@ class ScienceWorldEnv(EpisodicEnv):
         self._history = []
         self._gold_pos = 0
         self._done = False
+        self._score = 0.0
         obs, info = self._observe(feedback, valid=True, score=0.0)
         return obs, info
 
@@ -296,10 +320,17 @@ class ScienceWorldEnv(EpisodicEnv):
         self._require_running()
         server = self._server()
         command = collapse(action)
-        # A newline would feed the parser two inputs (e.g. answer an ambiguity prompt).
-        feedback = str(self._call("step", server.step, command))
-        score = float(self._call("score", server.getScore))
-        completed = bool(self._call("completed", server.getCompleted))
+        kept: list[str] | None = None
+        if is_meta_command(command, self._admissible):
+            # "reset task" would restart the task under the env's feet (history, gold path):
+            # refused before the simulator, the state and its admissible list stay as they were
+            feedback, score, completed = META_FEEDBACK, self._score, False
+            kept = list(self._admissible or [])
+        else:
+            # A newline would feed the parser two inputs (e.g. answer an ambiguity prompt).
+            feedback = str(self._call("step", server.step, command))
+            score = float(self._call("score", server.getScore))
+            completed = bool(self._call("completed", server.getCompleted))
         if self._gold_pos < len(self._gold) and normalize_command(command) == normalize_command(
             self._gold[self._gold_pos]
         ):
@@ -310,9 +341,10 @@ class ScienceWorldEnv(EpisodicEnv):
         terminated = won or lost or completed
         truncated = not terminated and limit is not None and len(self._history) >= limit
         self._done = terminated or truncated
-        valid = not feedback.strip().startswith(UNKNOWN_ACTION)
-        obs, info = self._observe(feedback, valid=valid, score=score, terminated=terminated)
-        return obs, int(won), terminated, truncated, info
+        valid = kept is None and not feedback.strip().startswith(UNKNOWN_ACTION)
+        obs, info = self._observe(feedback, valid, score, terminated, admissible=kept)
+        previous, self._score = self._score, score
+        return obs, step_reward(self.reward, won, score, previous), terminated, truncated, info
 
     def close(self) -> None:
         """Stop the JVM."""
@@ -358,7 +390,12 @@ class ScienceWorldEnv(EpisodicEnv):
     # -- helpers ---------------------------------------------------------------------------
 
     def _observe(
-        self, feedback: str, valid: bool, score: float, terminated: bool = False
+        self,
+        feedback: str,
+        valid: bool,
+        score: float,
+        terminated: bool = False,
+        admissible: list[str] | None = None,
     ) -> tuple[str, dict[str, Any]]:
         server = self._server()
         look = str(self._call("look", server.freeActionLook))
@@ -370,6 +407,8 @@ class ScienceWorldEnv(EpisodicEnv):
             shown = f"You look around the {location}."  # the description is already in the state
         if terminated:
             self._admissible = []
+        elif admissible is not None:  # a refused command: the list stays as it was
+            self._admissible = admissible
         elif raw_feedback.strip().startswith(AMBIGUOUS):
             self._admissible = sorted(set(_CHOICE.findall(raw_feedback)), key=int)
         else:
@@ -396,5 +435,6 @@ class ScienceWorldEnv(EpisodicEnv):
             LOCATION: location,
             MOVES: len(self._history),
             SCORE: round(score * 100),
+            NORM_SCORE: score,
         }
         return obs, info

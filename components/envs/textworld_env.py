@@ -11,8 +11,13 @@ The middle line is rendered from the game's facts (textworld_state.py): only wha
 visible from the room, without the flavour text of TextWorld's descriptions
 (``state_format="description"`` keeps the game's own description instead).
 
-Rewards are outcome-only: 1 on the step that wins the game, else 0. An episode is
+Rewards are outcome-only by default (``reward="won"``): 1 on the step that wins the game,
+else 0. ``reward="score"`` returns the step's gain of the game's own score normalised by its
+max score instead (a dense game pays its partial credit); the info logs both (``won``,
+``norm_score``). A game without a goal plays until ``max_steps``. An episode is
 ``terminated`` when the game is won or lost and ``truncated`` after ``max_steps`` steps.
+Game meta-commands (quit, restart, save, undo...: ``episodic.META_VERBS``) and chained
+commands never reach the engine: the step is refused as invalid and the state stays as it was.
 TextWorld games are deterministic, so ``replay`` (reset, re-apply a prefix, apply one
 action) returns exactly what live stepping returned.
 """
@@ -25,8 +30,27 @@ from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
-from components.envs.base import ADMISSIBLE, FEEDBACK, LOST, VALID, WON, EnvError
-from components.envs.episodic import EpisodicEnv, Step, collapse, normalize_command
+from components.config.data import RewardMode
+from components.envs.base import (
+    ADMISSIBLE,
+    FEEDBACK,
+    LOST,
+    NORM_SCORE,
+    REWARD_WON,
+    VALID,
+    WON,
+    EnvError,
+    normalised_score,
+    step_reward,
+)
+from components.envs.episodic import (
+    META_FEEDBACK,
+    EpisodicEnv,
+    Step,
+    collapse,
+    is_meta_command,
+    normalize_command,
+)
 from components.envs.textworld_state import compact_description, compact_inventory
 from components.schema import Task
 
@@ -163,8 +187,10 @@ class TextWorldEnv(EpisodicEnv):
         *,
         expert: bool = True,
         engines: EnginePool | None = None,
+        reward: RewardMode = REWARD_WON,
     ) -> None:
         super().__init__(max_steps)
+        self.reward = reward
         if state_format not in STATE_FORMATS:
             raise ValueError(f"state_format must be one of {STATE_FORMATS}")
         self.state_format = state_format
@@ -177,6 +203,7 @@ class TextWorldEnv(EpisodicEnv):
         self._engines = engines  # shared with the other envs of a factory (None: not shared)
         self._game_path: str | None = None
         self._state: Any = None
+        self._norm_score = 0.0  # the game's score / max score after the last step
 
     # -- paths and the engine ------------------------------------------------------------
 
@@ -267,6 +294,7 @@ class TextWorldEnv(EpisodicEnv):
         self._state = state
         self._done = False
         self._location = "unknown"  # until the first "-= Room =-" header
+        self._norm_score = normalised_score(state.get("score"), state.get("max_score"))
         self._admissible = sorted(state.get("admissible_commands") or [])
         objective = state.get("objective") or task.instruction
         feedback = clean_feedback(state.get("feedback", ""), objective)
@@ -279,7 +307,11 @@ class TextWorldEnv(EpisodicEnv):
         # control characters can crash the Z-machine interpreter (segfault on "go\x13")
         command = collapse("".join(ch if ch.isprintable() else " " for ch in action))
         valid = normalize_command(command) in {normalize_command(a) for a in self._admissible}
-        if not valid and _CHAINED.search(command):
+        if not valid and is_meta_command(command):
+            # quit/restart would lock the game in a yes/no prompt or desync the tracked
+            # state, save/script write files: refused, the state stays as it was
+            state = {**self._state, "feedback": META_FEEDBACK}
+        elif not valid and _CHAINED.search(command):
             # Inform7 would run "go east. take key" as two commands in one step; refuse it
             # so one step is always one action (the state stays as it was).
             state = {**self._state, "feedback": CHAINED_FEEDBACK}
@@ -298,8 +330,11 @@ class TextWorldEnv(EpisodicEnv):
         self._admissible = [] if terminated else sorted(state.get("admissible_commands") or [])
         feedback = clean_feedback(state.get("feedback", ""))
         obs, location = self._observe(state, feedback)
+        previous = self._norm_score
+        self._norm_score = normalised_score(state.get("score"), state.get("max_score"))
         info = self._info(state, feedback, location, valid=valid)
-        return obs, int(won), terminated, truncated, info
+        reward = step_reward(self.reward, won, self._norm_score, previous)
+        return obs, reward, terminated, truncated, info
 
     def close(self) -> None:
         """Release the game engine (back to the shared pool when there is one)."""
@@ -352,4 +387,5 @@ class TextWorldEnv(EpisodicEnv):
             FEEDBACK: feedback,
             LOCATION: location,
             MOVES: len(self._history),
+            NORM_SCORE: self._norm_score,
         }

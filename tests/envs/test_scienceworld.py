@@ -9,7 +9,8 @@ import pytest
 
 from components.config import Config, EnvConfig, ScienceWorldConfig, SplitCountsConfig
 from components.envs import make_env
-from components.envs.base import ADMISSIBLE, FEEDBACK, LOST, VALID, WON
+from components.envs.base import ADMISSIBLE, FEEDBACK, LOST, NORM_SCORE, REWARD_SCORE, VALID, WON
+from components.envs.episodic import META_FEEDBACK
 from components.envs.scienceworld_env import ScienceWorldEnv
 from components.envs.scienceworld_tasks import generate_task_suite
 from components.schema import Task
@@ -107,6 +108,28 @@ def test_malformed_and_unknown_actions_leave_the_state(env: ScienceWorldEnv, sui
         assert obs.splitlines()[0] == location
         assert "No known action" in info[FEEDBACK]
     assert env.history[0] == "blah blah"
+
+
+def test_meta_commands_never_reach_the_simulator(suite: list[Task]):
+    task = _train(suite)
+    walkthrough = list(task.walkthrough or [])
+    env = ScienceWorldEnv(max_steps=20, max_admissible=MAX_ADMISSIBLE, reward=REWARD_SCORE)
+    try:
+        env.reset(task)
+        obs, _, _, _, info = env.step(walkthrough[0])
+        for meta in ("reset task", "quit", "save", "undo"):
+            after, reward, terminated, truncated, meta_info = env.step(meta)
+            assert (reward, terminated, truncated) == (0, False, False), meta
+            assert not meta_info[VALID] and meta_info[FEEDBACK] == META_FEEDBACK
+            assert after.splitlines()[:-1] == obs.splitlines()[:-1]  # all but the Feedback
+            assert meta_info[ADMISSIBLE] == info[ADMISSIBLE]
+            assert meta_info[NORM_SCORE] == info[NORM_SCORE]
+            assert env.expert_action() == walkthrough[1]  # the gold path did not restart
+        rewards = [env.step(a)[1] for a in walkthrough[1:]]
+        # reward = score: the score's gains, summing to the full score at the win
+        assert sum(rewards) + info[NORM_SCORE] == pytest.approx(1.0)
+    finally:
+        env.close()
 
 
 def test_killed_jvm_fails_the_episode_and_the_next_one_works(suite: list[Task]):
