@@ -210,12 +210,69 @@ METHOD = Param(
     choices="components.agent.table1:METHODS",
 )
 
-# in the order of `dreamgym --help` (dvc.yaml's order but for evaluate-policy/-random)
+FORCE_TASKS = Param(
+    "force",
+    Annotated[
+        bool,
+        typer.Option(
+            "--force",
+            help="overwrite data/tasks/tasks.jsonl even if generate-tasks did not write it",
+        ),
+    ],
+    False,
+    last=True,
+)
+EXTERNAL = (
+    Param(
+        "policy",
+        Annotated[
+            str,
+            typer.Option(
+                help="a saved policy folder, a method folder of seed-<s> folders, a method "
+                "(sft, grpo_real ...: models/policy/<method>) or a registry alias "
+                "(policy@candidate, policy@champion)"
+            ),
+        ],
+    ),
+    Param(
+        "out",
+        Annotated[Path, typer.Option(help="folder for success.json/.md, episodes, quarantine")],
+    ),
+    Param(
+        "games",
+        Annotated[
+            list[str] | None,
+            typer.Option("--games", help="folder or glob of TextWorld games (repeatable)"),
+        ],
+        None,
+    ),
+    Param(
+        "tasks",
+        Annotated[
+            list[str] | None,
+            typer.Option("--tasks", help="JSONL task list in the Task schema (repeatable)"),
+        ],
+        None,
+    ),
+    Param(
+        "force",
+        Annotated[
+            bool,
+            typer.Option("--force", help="overwrite files in --out this command did not write"),
+        ],
+        False,
+        last=True,
+    ),
+)
+
+# in the order of `dreamgym --help` (dvc.yaml's order but for evaluate-policy/-random/-external)
 STAGES: tuple[Stage, ...] = (
     Stage(
         "generate-tasks",
         "data:generate_tasks",
-        "Generate the TextWorld task suite (games + train/validation/test split by game).",
+        "Generate the TextWorld task suite (games + train/validation/test split by game)\n"
+        "and add the external tasks of tasks.external.",
+        (FORCE_TASKS,),
     ),
     Stage(
         "collect",
@@ -290,6 +347,13 @@ STAGES: tuple[Stage, ...] = (
         "The random-admissible baseline on the held-out test tasks (same seeds, same step\n"
         "limit as every method) -> data/eval/random.jsonl and metrics/eval/random.json.",
         fixed={"method": "random"},  # components.stages.agent.RANDOM
+    ),
+    Stage(
+        "evaluate-external",
+        "external:evaluate_external",
+        "Any trained policy and the random baseline on your own games (--games) or task\n"
+        "list (--tasks) -> --out/success.json and success.md (95% CIs), logged to MLflow.",
+        EXTERNAL,
     ),
     Stage(
         "table1",

@@ -342,3 +342,21 @@ def set_model_alias(name: str, alias: str, version: str) -> None:
     from mlflow import MlflowClient
 
     MlflowClient().set_registered_model_alias(name, alias, version)
+
+
+def download_model_version(name: str, alias: str, dst: Path) -> tuple[str, Path]:
+    """(version, local folder) of the model directory registered as ``name@alias``."""
+    import mlflow
+    from mlflow import MlflowClient
+    from mlflow.exceptions import MlflowException
+
+    try:
+        mv = MlflowClient().get_model_version_by_alias(name, alias)
+    except MlflowException:
+        raise FileNotFoundError(f"no registered model {name}@{alias} in this project") from None
+    dst.mkdir(parents=True, exist_ok=True)
+    local = mlflow.artifacts.download_artifacts(artifact_uri=mv.source, dst_path=str(dst))
+    from components.registry_models import model_folder
+
+    # a pyfunc version holds the folder as its artifact (components/registry_models.py)
+    return str(mv.version), model_folder(Path(local))

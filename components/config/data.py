@@ -7,6 +7,7 @@ from typing import Annotated, Literal
 from pydantic import Field, model_validator
 
 from components.config.base import _Section
+from components.schema import Split
 
 # textworld / scienceworld / miniwob run locally; the paper's three go through adapters
 # (AgentGym-style HTTP env servers the user runs, see components/envs/agentgym_http.py)
@@ -149,12 +150,46 @@ class SplitConfig(_Section):
         return self
 
 
+class ExternalGamesConfig(_Section):
+    """A folder or glob of TextWorld games made elsewhere (``.z8``/``.ulx`` + ``.json``)."""
+
+    path: str = Field(
+        min_length=1,
+        description="folder (its *.z8 and *.ulx) or glob, relative to the project root",
+    )
+    split: Split = Field("test", description="split of every game found there")
+    family: str = Field("external", min_length=1, description="family name of these tasks")
+
+
+class ExternalTaskListConfig(_Section):
+    """A JSONL file of tasks in the project's Task schema, for any env."""
+
+    path: str = Field(min_length=1, description="JSONL file, relative to the project root")
+    split: Split | None = Field(
+        None, description="split of every task in it (None: each row's own split)"
+    )
+
+
+class ExternalTasksConfig(_Section):
+    """Tasks a user brings: added to the task list, marked ``external``, never rewritten."""
+
+    games: tuple[ExternalGamesConfig, ...] = Field(
+        (), description="TextWorld game folders or globs (env.name = textworld)"
+    )
+    task_lists: tuple[ExternalTaskListConfig, ...] = Field(
+        (), description="JSONL task lists; rows of another env than env.name are quarantined"
+    )
+
+
 class TasksConfig(_Section):
     """Deterministic task-suite generation (games are split by game, never by episode)."""
 
     families: tuple[TaskFamilyConfig, ...] = Field(description="families of games")
     split: SplitConfig = SplitConfig()
     workers: int = Field(2, ge=1, description="parallel game-generation processes")
+    external: ExternalTasksConfig = Field(
+        ExternalTasksConfig(), description="the user's own games and task lists"
+    )
 
 
 class CollectConfig(_Section):

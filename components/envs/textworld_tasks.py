@@ -19,6 +19,8 @@ resumes where it stopped.
 Layout under ``out_dir``: ``tasks.jsonl`` (one Task per line) and ``games/<task_id>.z8``
 with TextWorld's ``<task_id>.json`` beside it and our ``<task_id>.meta.json`` (written last:
 its presence marks a finished game). ``Task.game_file`` is relative to the project root.
+The games folder's manifest (components/manifest.py) lists the files written here: only
+those are ever pruned.
 """
 
 from __future__ import annotations
@@ -300,15 +302,29 @@ def _existing_meta(spec: GameSpec, games_dir: Path) -> dict[str, Any] | None:
     return meta if same and meta.get("walkthrough") else None
 
 
+def _game_files(task_id: str) -> list[str]:
+    return [f"{task_id}{ext}" for ext in (".json", GAME_EXT, META_SUFFIX)]
+
+
 def _prune(games_dir: Path, keep: set[str]) -> int:
-    # Files of games that are no longer planned: the games dir mirrors the config.
-    n = 0
-    for path in games_dir.iterdir():
-        if path.is_file() and path.name.split(".", 1)[0] not in keep:
-            path.unlink()
-            n += 1
+    # Files of games no longer planned, among those this generator wrote (its manifest):
+    # any other file in the folder (a user's game, notes) is never deleted.
+    from components import manifest
+
+    gone = [n for n in manifest.read_manifest(games_dir) if n.split(".", 1)[0] not in keep]
+    for name in gone:
+        (games_dir / name).unlink(missing_ok=True)
+    if gone:
+        manifest.forget(games_dir, gone)
     shutil.rmtree(games_dir / ".tmp", ignore_errors=True)
-    return n
+    return len(gone)
+
+
+def record_games(games_dir: Path, task_ids: list[str]) -> None:
+    """List the files of these generated games in the games folder's manifest."""
+    from components import manifest
+
+    manifest.record(games_dir, [n for t in task_ids for n in _game_files(t)], hashed=False)
 
 
 def _game_path(out_dir: Path, root: Path, task_id: str) -> str:
@@ -337,6 +353,8 @@ def generate_task_suite(
     specs = plan_task_suite(cfg)
     _game_path(out_dir, root, "probe")  # fail fast on a bad root, before slow generation
     metas = {s.task_id: m for s in specs if (m := _existing_meta(s, games_dir)) is not None}
+    # a finished game (our meta beside it) is ours: listed so a later plan may prune it
+    record_games(games_dir, list(metas))
     n_pruned = _prune(games_dir, {s.task_id for s in specs})
     if n_pruned:
         log.info("removed %d files of games no longer in the plan", n_pruned)
@@ -361,6 +379,7 @@ def generate_task_suite(
             for future in as_completed(futures):
                 meta = future.result()
                 metas[meta["task_id"]] = meta
+                record_games(games_dir, [meta["task_id"]])
                 bar.update(1)
         bar.close()
         shutil.rmtree(games_dir / ".tmp", ignore_errors=True)

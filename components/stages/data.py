@@ -28,20 +28,67 @@ def load_tasks(paths: Paths) -> list[Task]:
     return list(read_jsonl(paths.tasks_file, Task))
 
 
-def generate_tasks(cfg: Config, paths: Paths) -> dict[str, Any]:
-    """Stage generate_tasks: the deterministic task suite of ``cfg.env.name`` under data/tasks."""
+def generate_tasks(cfg: Config, paths: Paths, force: bool = False) -> dict[str, Any]:
+    """Stage generate_tasks: the task suite of ``cfg.env.name`` plus the user's external
+    tasks (``tasks.external``) under data/tasks; a task list it did not write needs ``force``."""
+    from components import manifest
     from components.envs import generate_task_suite
+    from components.envs.base import TASKS_FILE, write_task_suite
+    from components.envs.external import (
+        QUARANTINE_FILE,
+        load_external,
+        merge_tasks,
+        quarantine_text,
+    )
+    from components.io import atomic_write_text
     from components.tracking import stage_run
 
+    # a missing folder or a foreign tasks.jsonl fails now, before slow generation
+    external = load_external(cfg.tasks.external, cfg.env.name, paths.root)
+    paths.tasks.mkdir(parents=True, exist_ok=True)
+    outputs = (TASKS_FILE, QUARANTINE_FILE)
+    if not manifest.read_manifest(paths.tasks) and _written_by_generator(paths.tasks_file):
+        manifest.record(paths.tasks, [TASKS_FILE])  # from before the manifest existed
+    manifest.claim(paths.tasks, outputs, force=force, what="`dreamgym generate-tasks`")
     with stage_run("generate_tasks", "data", cfg, ("env", "tasks"), paths.root) as run:
         start = time.perf_counter()
         tasks = generate_task_suite(cfg, paths.tasks, root=paths.root)
+        if cfg.tasks.external.games or cfg.tasks.external.task_lists:
+            tasks = merge_tasks(tasks, external)
+            write_task_suite(paths.tasks, tasks)
+        atomic_write_text(paths.tasks / QUARANTINE_FILE, quarantine_text(external.quarantined))
+        manifest.record(paths.tasks, outputs)
         summary = _task_counts(tasks)
+        summary["n_external"] = sum(t.external for t in tasks)
+        summary["n_external_quarantined"] = len(external.quarantined)
         summary["seconds"] = round(time.perf_counter() - start, 2)
         run.log_metrics(summary)
         run.log_artifact(paths.tasks_file, "tasks")
+    if external.quarantined:
+        log.warning(
+            "%d external games or lines quarantined (reasons in %s)",
+            len(external.quarantined),
+            paths.tasks / QUARANTINE_FILE,
+        )
     log.info("generated %d tasks: %s", len(tasks), summary["n_games"])
     return summary
+
+
+def _written_by_generator(tasks_file: Path) -> bool:
+    """A task list from before the manifest: every row a generated TextWorld game whose
+    ``.meta.json`` (only the generator writes one) lies beside its game file."""
+    from components.envs.textworld_tasks import GAMES_DIR, META_SUFFIX
+
+    if not tasks_file.is_file():
+        return False
+    try:
+        tasks = list(read_jsonl(tasks_file, Task))
+    except Exception:  # not even our schema: certainly not ours
+        return False
+    root = tasks_file.parent
+    return bool(tasks) and all(
+        t.game_file and (root / GAMES_DIR / f"{t.task_id}{META_SUFFIX}").is_file() for t in tasks
+    )
 
 
 def _task_counts(tasks: list[Task]) -> dict[str, Any]:
