@@ -23,6 +23,69 @@ def make_task(
     )
 
 
+def make_step(
+    episode_id: str,
+    step_index: int,
+    state: str,
+    action: str,
+    next_state: str,
+    *,
+    task_id: str = "tw-quest-0",
+    instruction: str = "Find the key and open the chest.",
+    policy: str = "expert",
+    **fields: Any,
+) -> Transition:
+    """One valid real TextWorld transition of ``episode_id``; ``fields`` override the rest.
+
+    Unless ``fields`` name them: no reward, not done, valid, no admissible actions, and an
+    iteration-0 ``policy`` provenance (``seed=`` goes into it).
+    """
+    seed = fields.pop("seed", None)
+    base: dict[str, Any] = {
+        "env": "textworld",
+        "reward": 0,
+        "done": False,
+        "admissible_actions": None,
+        "valid_action": True,
+        "source": "real",
+        "provenance": Provenance(policy=policy, seed=seed),
+    }
+    return Transition(
+        id=Transition.make_id(episode_id, step_index),
+        task_id=task_id,
+        episode_id=episode_id,
+        step_index=step_index,
+        instruction=instruction,
+        state=state,
+        action=action,
+        next_state=next_state,
+        **{**base, **fields},
+    )
+
+
+def trajectory_of(steps: list[Transition], split: str = "train", **fields: Any) -> Trajectory:
+    """The trajectory of ``steps`` (one episode): its ids, source and policy come from them.
+
+    It starts at the first step's state and succeeds when the last step is rewarded;
+    ``fields`` override the rest (e.g. ``truncated``).
+    """
+    first, last = steps[0], steps[-1]
+    base: dict[str, Any] = {
+        "initial_state": first.state,
+        "success": bool(last.reward),
+        "policy": first.provenance.policy,
+    }
+    return Trajectory(
+        episode_id=first.episode_id,
+        task_id=first.task_id,
+        env=first.env,
+        split=split,
+        source=first.source,
+        steps=steps,
+        **{**base, **fields},
+    )
+
+
 def make_trajectory(
     n_steps: int = 3,
     success: bool = True,
@@ -38,36 +101,22 @@ def make_trajectory(
         for i in range(n_steps + 1)
     ]
     steps = [
-        Transition(
-            id=Transition.make_id(episode_id, i),
+        make_step(
+            episode_id,
+            i,
+            states[i],
+            f"go east {i}",
+            states[i + 1],
             task_id=task_id,
-            env="textworld",
-            episode_id=episode_id,
-            step_index=i,
-            instruction="Find the key and open the chest.",
-            state=states[i],
-            action=f"go east {i}",
-            next_state=states[i + 1],
+            policy=policy,
+            seed=idx,
             reward=int(success and i == n_steps - 1),
             done=i == n_steps - 1,
             admissible_actions=["go east", "look"],
-            valid_action=True,
-            source="real",
-            provenance=Provenance(policy=policy, seed=idx),
         )
         for i in range(n_steps)
     ]
-    return Trajectory(
-        episode_id=episode_id,
-        task_id=task_id,
-        env="textworld",
-        split=split,
-        source="real",
-        policy=policy,
-        initial_state=states[0],
-        steps=steps,
-        success=success,
-    )
+    return trajectory_of(steps, split, success=success)
 
 
 def chain_lm(tok: Any) -> Any:

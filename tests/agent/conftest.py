@@ -83,7 +83,8 @@ def _box_admissible(room: str, has_key: bool) -> list[str]:
 
 def box_trajectory(task_id: str, actions: list[str], policy: str, idx: int, split: str = "train"):
     """A recorded episode of a two-room "open the chest" game played with ``actions``."""
-    from components.schema import Provenance, Trajectory, Transition, stable_id
+    from components.schema import stable_id
+    from tests.factories import make_step, trajectory_of
 
     episode_id = stable_id(task_id, policy, idx, split)
     room, has_key, feedback = _HALL, False, "You are in the Hall."
@@ -104,38 +105,25 @@ def box_trajectory(task_id: str, actions: list[str], policy: str, idx: int, spli
         else:
             feedback = "Nothing special."
         steps.append(
-            Transition(
-                id=Transition.make_id(episode_id, i),
+            make_step(
+                episode_id,
+                i,
+                state,
+                action,
+                _box_state(room, has_key, feedback),
                 task_id=task_id,
-                env="textworld",
-                episode_id=episode_id,
-                step_index=i,
                 instruction=_BOX_INSTRUCTION,
-                state=state,
-                action=action,
-                next_state=_box_state(room, has_key, feedback),
+                policy=policy,
+                seed=idx,
                 reward=int(won),
                 done=won or i == len(actions) - 1,
                 admissible_actions=admissible,
                 valid_action=valid,
-                source="real",
-                provenance=Provenance(policy=policy, seed=idx),
             )
         )
         if won:
             break
-    return Trajectory(
-        episode_id=episode_id,
-        task_id=task_id,
-        env="textworld",
-        split=split,
-        source="real",
-        policy=policy,
-        initial_state=steps[0].state,
-        steps=steps,
-        success=bool(steps[-1].reward),
-        truncated=not steps[-1].reward,
-    )
+    return trajectory_of(steps, split, truncated=not steps[-1].reward)
 
 
 BOX_EXPERT = ["go east", "take key", "open chest"]

@@ -11,6 +11,7 @@ import pytest
 from components.config import Config, JudgeConfig
 from components.config.small import small_config
 from components.schema import Provenance, Task, Trajectory, Transition, stable_id
+from tests.factories import make_step, trajectory_of
 
 KEY_ENV = "DREAMGYM_TEST_JUDGE_KEY"
 SENTINEL_KEY = "sk-SENTINEL-judge-key-0123456789abcdef"
@@ -56,19 +57,16 @@ def play(env: Any, task: Task, actions: list[str]) -> Trajectory:
     for i, action in enumerate(actions):
         obs, reward, terminated, truncated, info = env.step(action)
         steps.append(
-            Transition(
-                id=Transition.make_id(episode_id, i),
+            make_step(
+                episode_id,
+                i,
+                state,
+                action,
+                obs,
                 task_id=task.task_id,
-                env="textworld",
-                episode_id=episode_id,
-                step_index=i,
                 instruction=task.instruction,
-                state=state,
-                action=action,
-                next_state=obs,
                 reward=reward,
                 done=terminated or truncated,
-                admissible_actions=None,
                 valid_action=bool(info.get("valid_action", True)),
                 source="synthetic",
                 provenance=Provenance(policy="agent", iteration=1, checkpoint="ckpt-1"),
@@ -77,17 +75,7 @@ def play(env: Any, task: Task, actions: list[str]) -> Trajectory:
         state = obs
         if terminated or truncated:
             break
-    return Trajectory(
-        episode_id=episode_id,
-        task_id=task.task_id,
-        env="textworld",
-        split=task.split,
-        source="synthetic",
-        policy="agent",
-        initial_state=initial,
-        steps=steps,
-        success=bool(steps and steps[-1].reward),
-    )
+    return trajectory_of(steps, task.split, initial_state=initial)
 
 
 def with_steps(traj: Trajectory, **changes_by_step: dict[str, Any]) -> Trajectory:

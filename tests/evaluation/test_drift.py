@@ -19,6 +19,7 @@ from components.evaluation.drift import (
     text_features,
 )
 from components.schema import Provenance, Transition, stable_id
+from tests.factories import make_step
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
@@ -43,21 +44,16 @@ def real_transitions(n_episodes: int = 30, steps: int = 5, seed: int = 0) -> lis
             )
             verb = rng.choice(VERBS)
             out.append(
-                Transition(
-                    id=Transition.make_id(episode_id, i),
+                make_step(
+                    episode_id,
+                    i,
+                    state,
+                    f"{verb} {rng.choice(things)}",
+                    state.replace("ok.", f"You {verb} it."),
                     task_id=f"tw-{e % 6}",
-                    env="textworld",
-                    episode_id=episode_id,
-                    step_index=i,
                     instruction="Find the key.",
-                    state=state,
-                    action=f"{verb} {rng.choice(things)}",
-                    next_state=state.replace("ok.", f"You {verb} it."),
                     reward=int(i == steps - 1 and rng.random() < 0.3),
                     done=i == steps - 1,
-                    valid_action=True,
-                    source="real",
-                    provenance=Provenance(policy="expert"),
                 )
             )
     return out

@@ -35,7 +35,8 @@ from components.experience.grounded import (
 from components.experience.grounded_env import GroundedVectorEnv
 from components.experience.task_generation import generated_task
 from components.memory import EpisodeMemory
-from components.schema import Provenance, Task, Trajectory, Transition, stable_id
+from components.schema import Task, Trajectory, Transition, stable_id
+from tests.factories import make_step, make_task, trajectory_of
 
 GOALS = ("key", "coin", "ring", "gem", "card", "bell", "cup")
 EXTRAS = ("apple", "pear", "fig", "plum", "lime", "nut", "egg")
@@ -151,16 +152,7 @@ class _Game:
 
 def _task(g: int, split: str = "train") -> Task:
     game = _Game(g)
-    return Task(
-        task_id=f"tw-g{g}",
-        env="textworld",
-        family="quest",
-        difficulty=1,
-        split=split,
-        instruction=game.instruction(),
-        seed=g,
-        walkthrough=game.walkthrough(),
-    )
+    return make_task(f"tw-g{g}", game.instruction(), g, split=split, walkthrough=game.walkthrough())
 
 
 def _episode(g: int, policy: str, idx: int, max_steps: int = 12) -> Trajectory:
@@ -178,37 +170,26 @@ def _episode(g: int, policy: str, idx: int, max_steps: int = 12) -> Trajectory:
         feedback, won, lost = game.step(action)
         done = won or lost or i == max_steps - 1
         steps.append(
-            Transition(
-                id=Transition.make_id(episode_id, i),
+            make_step(
+                episode_id,
+                i,
+                state,
+                action,
+                game.state(feedback),
                 task_id=f"tw-g{g}",
-                env="textworld",
-                episode_id=episode_id,
-                step_index=i,
                 instruction=game.instruction(),
-                state=state,
-                action=action,
-                next_state=game.state(feedback),
+                policy=policy,
+                seed=idx,
                 reward=int(won),
                 done=done,
                 admissible_actions=admissible,
                 valid_action=action in admissible,
-                source="real",
-                provenance=Provenance(policy=policy, seed=idx),
             )
         )
         if done:
             break
-    return Trajectory(
-        episode_id=episode_id,
-        task_id=f"tw-g{g}",
-        env="textworld",
-        split="train",
-        source="real",
-        policy=policy,
-        initial_state=steps[0].state,
-        steps=steps,
-        success=bool(steps[-1].reward),
-        truncated=not (steps[-1].reward or "You lose!" in steps[-1].next_state),
+    return trajectory_of(
+        steps, truncated=not (steps[-1].reward or "You lose!" in steps[-1].next_state)
     )
 
 

@@ -8,7 +8,8 @@ from typing import Any
 import pytest
 
 from components.config import Config, TeacherConfig, load_config
-from components.schema import Provenance, Trajectory, Transition, stable_id
+from components.schema import Trajectory, Transition, stable_id
+from tests.factories import make_step, trajectory_of
 
 ROOT = Path(__file__).resolve().parents[2]
 SENTINEL_KEY = "sk-SENTINEL-teacher-key-0123456789abcdef"
@@ -30,22 +31,17 @@ def make_transition(
     instruction: str = INSTRUCTION,
 ) -> Transition:
     """One TextWorld-like transition."""
-    return Transition(
-        id=Transition.make_id(episode_id, step_index),
-        task_id="tw-quest-0",
-        env="textworld",
-        episode_id=episode_id,
-        step_index=step_index,
+    return make_step(
+        episode_id,
+        step_index,
+        state,
+        action,
+        next_state,
         instruction=instruction,
-        state=state,
-        action=action,
-        next_state=next_state,
         reward=reward,
         done=done,
         admissible_actions=admissible,
         valid_action=valid,
-        source="real",
-        provenance=Provenance(policy="expert"),
     )
 
 
@@ -70,19 +66,7 @@ def make_trajectories(n: int = 3, steps: int = 4) -> list[Trajectory]:
             )
             for i in range(steps)
         ]
-        out.append(
-            Trajectory(
-                episode_id=episode_id,
-                task_id="tw-quest-0",
-                env="textworld",
-                split="train",
-                source="real",
-                policy="expert",
-                initial_state=states[0],
-                steps=transitions,
-                success=True,
-            )
-        )
+        out.append(trajectory_of(transitions))
     return out
 
 
