@@ -45,6 +45,8 @@ def read_manifest(folder: Path) -> dict[str, str | None]:
 
 
 def _write(folder: Path, files: dict[str, str | None]) -> None:
+    if (Path(folder) / MANIFEST_FILE).is_file() and files == read_manifest(folder):
+        return  # unchanged: left as it is (a reused games folder keeps every mtime)
     Path(folder).mkdir(parents=True, exist_ok=True)
     text = json.dumps({"files": dict(sorted(files.items()))}, indent=1) + "\n"
     atomic_write_text(Path(folder) / MANIFEST_FILE, text)

@@ -153,10 +153,14 @@ def success_table(rows: list[dict[str, Any]]) -> dict[str, Any]:
     from components.agent.table1 import method_row
 
     by = {m: [r for r in rows if r["method"] == m] for m in (POLICY, RANDOM)}
-    return {
+    table = {
         m: method_row(by[m], real_steps=None, sft=None, random=by[RANDOM] if m == POLICY else None)
         for m in (POLICY, RANDOM)
     }
+    for row in table.values():
+        if row is not None:
+            row.pop("real_steps", None)  # Table 1's training cost: unknown for any policy here
+    return table
 
 
 def _pct(x: float) -> str:
@@ -215,8 +219,8 @@ def evaluate_external(
     start = time.perf_counter()
     out = Path(out)
     names = (SUCCESS_JSON, SUCCESS_MD, EPISODES_FILE, QUARANTINE_FILE)
-    manifest.claim(out, names, force=force, what=COMMAND)  # before any slow work
     found = external_tasks(cfg, list(games or []), list(tasks or []), paths.root)
+    manifest.claim(out, names, force=force, what=COMMAND)  # before any slow work
     atomic_write_text(out / QUARANTINE_FILE, quarantine_text(found.quarantined))
     manifest.record(out, [QUARANTINE_FILE])
     if not found.tasks:

@@ -223,3 +223,36 @@ def test_generate_tasks_adds_external_games_and_deletes_only_its_own_files(user_
 def test_task_list_config_validates_its_split():
     with pytest.raises(ValueError):
         ExternalTaskListConfig(path="x.jsonl", split="holdout")  # type: ignore[arg-type]
+
+
+def test_a_registry_alias_on_a_task_list(evaluated, user_games, policy_dir, tmp_path):
+    from components.config import Paths
+    from components.stages.agent import register
+    from components.tracking import stage_run
+
+    root, _, _ = evaluated
+    cfg = load_config(ROOT / "params.yaml", "ci")
+    with stage_run("train_mine", "agent", cfg, (), root) as run:
+        register(run, cfg, policy_dir / "seed-0", "mine", {})
+    row = {
+        "task_id": "mine-1",
+        "env": "textworld",
+        "family": "mine",
+        "difficulty": 2,
+        "split": "test",
+        "instruction": "",  # a game without a goal
+        "seed": 1,
+        "game_file": str(user_games / "two_rooms.z8"),
+    }
+    task_list = tmp_path / "my_tasks.jsonl"
+    task_list.write_text(json.dumps(row) + "\n[]\n")
+    out = tmp_path / "out"
+    r = _cli(
+        "evaluate-external",
+        *("--tasks", str(task_list), "--policy", "policy@candidate", "--out", str(out)),
+        *("--root", str(Paths(root).root)),
+    )
+    assert r.exit_code == 0, r.output
+    result = json.loads((out / "success.json").read_text())
+    assert result["registered_model"].startswith("policy/") and result["n_quarantined"] == 1
+    assert result["table"]["policy"]["episodes"] == result["table"]["random"]["episodes"] == 1
