@@ -22,7 +22,6 @@ explicit ``base_url``); the key is redacted from every message this module logs 
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import random
@@ -43,15 +42,17 @@ from components.lm.generate import (
 )
 from components.lm.retry import (
     MAX_RETRY_AFTER_S,
+    Backoff,
     Redactor,
-    backoff_s,
-    retry_after_s,
-    status_action,
+    api_key,
+    classify,
+    open_client,
+    parse_body,
+    response_text,
 )
 
 log = logging.getLogger(__name__)
 
-EMPTY_KEY = "EMPTY"  # local servers (vLLM) accept any key
 MAX_STOP_STRINGS = 4  # the OpenAI API's limit; vLLM accepts more
 
 
@@ -83,10 +84,6 @@ class OpenAIBackendConfig(BaseModel):
     )
 
 
-class _BadBody(ValueError):
-    """A 200 response whose body is not a usable completion."""
-
-
 class _Fatal(Exception):
     """Every request would fail the same way (configuration): stop the whole call."""
 
@@ -99,25 +96,17 @@ class OpenAIBackend(CompletionBackend):
     """``GenerationBackend`` over an OpenAI-compatible HTTP server."""
 
     def __init__(self, cfg: OpenAIBackendConfig, *, rng: random.Random | None = None) -> None:
-        import openai
-
         self.cfg = cfg
         self.base_url = cfg.base_url or os.environ.get(cfg.base_url_env) or None
-        key = os.environ.get(cfg.api_key_env, "")
-        if not key:
-            if self.base_url is None:
-                raise GenerationError(
-                    f"no server: set {cfg.base_url_env} (or base_url) for a local server, "
-                    f"or the API key in {cfg.api_key_env}"
-                )
-            key = EMPTY_KEY
+        key = api_key(cfg.api_key_env, self.base_url)
+        if key is None:
+            raise GenerationError(
+                f"no server: set {cfg.base_url_env} (or base_url) for a local server, "
+                f"or the API key in {cfg.api_key_env}"
+            )
         self._redact = Redactor(key)
-        self._errors = openai
-        self._rng = rng or random.Random()
-        self._rng_lock = threading.Lock()
-        self._client = openai.OpenAI(
-            api_key=key, base_url=self.base_url, timeout=cfg.timeout_s, max_retries=0
-        )
+        self._backoff = Backoff(cfg.backoff_base_s, cfg.backoff_max_s, rng)
+        self._client = open_client(key, self.base_url, cfg.timeout_s)
 
     def __repr__(self) -> str:
         return f"OpenAIBackend(model={self.cfg.model!r}, base_url={self.base_url!r})"
@@ -195,31 +184,22 @@ class OpenAIBackend(CompletionBackend):
             delay: float | None = None
             try:
                 return self._call(prompt, params, stop)
-            except self._errors.APITimeoutError:
-                error = f"timeout after {cfg.timeout_s}s"
-            except self._errors.APIConnectionError as e:
-                error = f"connection error: {self._redact(e)}"
-            except self._errors.APIStatusError as e:
-                code = e.status_code
-                error = f"HTTP {code}: {self._redact(e.message)}"
-                action = status_action(code)
-                if action == "fatal":
+            except Exception as e:
+                failure = classify(e, self._redact, cfg.timeout_s)
+                if failure is None:
+                    raise
+                error = failure.error
+                if failure.action == "fatal":
                     halt.set()
                     raise _Fatal(f"generation request refused, {error}") from None
-                if action == "fail":
+                if failure.action == "fail":
                     return self._failed(error)
-                after = retry_after_s(e.response.headers) if code == 429 else None
-                if after is not None:
-                    delay = min(after, MAX_RETRY_AFTER_S)
-            except _BadBody as e:
-                error = f"bad response body: {e}"
-            except self._errors.OpenAIError as e:  # anything else the client raises
-                return self._failed(f"{type(e).__name__}: {self._redact(e)}")
+                if failure.retry_after_s is not None:
+                    delay = min(failure.retry_after_s, MAX_RETRY_AFTER_S)
             if attempt == cfg.max_retries:
                 break
             if delay is None:
-                with self._rng_lock:
-                    delay = backoff_s(attempt, cfg.backoff_base_s, cfg.backoff_max_s, self._rng)
+                delay = self._backoff(attempt)
             log.warning(
                 "generation request failed (%s); retry %d/%d in %.2fs",
                 error,
@@ -246,11 +226,7 @@ class OpenAIBackend(CompletionBackend):
                 messages=prompt,  # type: ignore[arg-type]
                 **params,
             )
-        try:
-            body = resp.http_response.text
-        except Exception as e:  # a body that dies while being read
-            raise _BadBody(f"unreadable body: {type(e).__name__}") from None
-        text, finish, stop_reason, n_tokens = _parse(body)
+        text, finish, stop_reason, n_tokens = _parse(response_text(resp))
         dropped = isinstance(stop_reason, str) and stop_reason in stop and stop_reason not in text
         if finish == "stop" and dropped:  # the server cut before the stop string: put it back
             text += stop_reason
@@ -267,17 +243,6 @@ class OpenAIBackend(CompletionBackend):
 
 def _parse(body: str) -> tuple[str, str | None, Any, int]:
     """(text, finish_reason, stop_reason, completion tokens) of a (chat) completion body."""
-    try:
-        data = json.loads(body)
-    except ValueError:
-        raise _BadBody(f"body is not JSON ({len(body)} bytes)") from None
-    try:
-        choice = data["choices"][0]
-        text = choice["message"]["content"] if "message" in choice else choice["text"]
-    except (KeyError, IndexError, TypeError):
-        raise _BadBody("body is JSON but not a completion") from None
-    if not isinstance(text, str):
-        raise _BadBody("completion has no text content")
-    usage = data.get("usage") if isinstance(data.get("usage"), dict) else {}
-    n_tokens = int(usage.get("completion_tokens") or 0)
+    text, choice, usage = parse_body(body, chat=False)
+    n_tokens = int((usage or {}).get("completion_tokens") or 0)
     return text, choice.get("finish_reason"), choice.get("stop_reason"), n_tokens

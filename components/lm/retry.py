@@ -10,15 +10,20 @@ bearer token or ``sk-...`` string) from every message a client logs or raises.
 from __future__ import annotations
 
 import email.utils
+import json
+import os
 import random
 import re
+import threading
 import time
+from dataclasses import dataclass
 from typing import Any, Literal
 
 MAX_RETRY_AFTER_S = 600.0
 RETRY_STATUS = frozenset({408, 409, 429})
 FATAL_STATUS = frozenset({401, 403, 404})
 REDACTED = "***"
+EMPTY_KEY = "EMPTY"  # local OpenAI-compatible servers (vLLM) accept any key
 _BEARER = re.compile(r"(?i)(bearer\s+)[^\s\"',}]+")
 _SK = re.compile(r"\bsk-[A-Za-z0-9_\-]{6,}")
 
@@ -79,3 +84,96 @@ def retry_after_s(headers: Any) -> float | None:
         except (TypeError, ValueError):
             return None
         return max(0.0, when.timestamp() - time.time())
+
+
+class Backoff:
+    """``backoff_s`` with the client's settings and one random source shared by threads."""
+
+    def __init__(self, base_s: float, max_s: float, rng: random.Random | None = None) -> None:
+        self.base_s, self.max_s = base_s, max_s
+        self._rng = rng or random.Random()
+        self._lock = threading.Lock()
+
+    def __call__(self, attempt: int) -> float:
+        """Delay before retry ``attempt`` (0-based)."""
+        with self._lock:
+            return backoff_s(attempt, self.base_s, self.max_s, self._rng)
+
+
+def api_key(env_name: str, base_url: str | None) -> str | None:
+    """The key in ``env_name``; without one, ``EMPTY_KEY`` for a server URL, else None."""
+    key = os.environ.get(env_name, "")
+    if not key and base_url is not None:
+        return EMPTY_KEY
+    return key or None
+
+
+def open_client(key: str, base_url: str | None, timeout_s: float) -> Any:
+    """An ``openai.OpenAI`` client that never retries by itself (the caller's loop does)."""
+    import openai
+
+    return openai.OpenAI(api_key=key, base_url=base_url, timeout=timeout_s, max_retries=0)
+
+
+class BadBody(ValueError):
+    """A 200 response whose body is not a usable completion."""
+
+
+def response_text(resp: Any) -> str:
+    """The body of a raw response; ``BadBody`` if it dies while being read."""
+    try:
+        return resp.http_response.text  # type: ignore[no-any-return]
+    except Exception as e:
+        raise BadBody(f"unreadable body: {type(e).__name__}") from None
+
+
+def parse_body(body: str, *, chat: bool) -> tuple[str, Any, dict[str, Any] | None]:
+    """(text, first choice, usage or None) of a completion JSON body; strict: ``BadBody``.
+
+    ``chat``: only a chat completion's message content counts; else a choice may also be a
+    plain completion's ``text``.
+    """
+    try:
+        data = json.loads(body)
+    except ValueError:
+        raise BadBody(f"body is not JSON ({len(body)} bytes)") from None
+    try:
+        choice = data["choices"][0]
+        text = choice["message"]["content"] if chat or "message" in choice else choice["text"]
+    except (KeyError, IndexError, TypeError):
+        kind = "chat completion" if chat else "completion"
+        raise BadBody(f"body is JSON but not a {kind}") from None
+    if not isinstance(text, str):
+        raise BadBody("completion has no text content")
+    usage = data.get("usage")
+    return text, choice, usage if isinstance(usage, dict) else None
+
+
+@dataclass(frozen=True)
+class Failure:
+    """What one failed attempt means: its (redacted) error and what to do next."""
+
+    action: StatusAction
+    error: str
+    retry_after_s: float | None = None  # a 429's Retry-After, uncapped
+
+
+def classify(e: BaseException, redact: Redactor, timeout_s: float) -> Failure | None:
+    """The failure an attempt's exception stands for; None if it is not the client's own
+    (a timeout, a dropped connection, an HTTP error status, a ``BadBody``, another
+    ``openai.OpenAIError``): re-raise that one."""
+    import openai
+
+    if isinstance(e, openai.APITimeoutError):  # before its base class APIConnectionError
+        return Failure("retry", f"timeout after {timeout_s}s")
+    if isinstance(e, openai.APIConnectionError):
+        return Failure("retry", f"connection error: {redact(e)}")
+    if isinstance(e, openai.APIStatusError):
+        code = e.status_code
+        after = retry_after_s(e.response.headers) if code == 429 else None
+        return Failure(status_action(code), f"HTTP {code}: {redact(e.message)}", after)
+    if isinstance(e, BadBody):
+        return Failure("retry", f"bad response body: {e}")
+    if isinstance(e, openai.OpenAIError):  # anything else the client raises
+        return Failure("fail", f"{type(e).__name__}: {redact(e)}")
+    return None

@@ -11,9 +11,7 @@ from every message, error, log line and result this module produces.
 
 from __future__ import annotations
 
-import json
 import logging
-import os
 import random
 import threading
 from collections.abc import Sequence
@@ -22,13 +20,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from components.config import TeacherConfig
-from components.lm.retry import FATAL_STATUS as _FATAL_STATUS
 from components.lm.retry import MAX_RETRY_AFTER_S as MAX_RETRY_AFTER_S
 from components.lm.retry import REDACTED as REDACTED
-from components.lm.retry import RETRY_STATUS as _RETRY_STATUS
+from components.lm.retry import Backoff, api_key, classify, open_client, parse_body, response_text
 from components.lm.retry import Redactor as Redactor
-from components.lm.retry import backoff_s
-from components.lm.retry import retry_after_s as _retry_after_s
+from components.lm.retry import retry_after_s as _retry_after_s  # noqa: F401 (tests import it)
 from components.teacher.base import (
     Annotation,
     AnnotationRequest,
@@ -130,24 +126,9 @@ class CostMeter:
             self.spent_usd += actual_usd
 
 
-class _BadBody(ValueError):
-    """A 200 response whose body is not a usable chat completion."""
-
-
 def _parse_completion(text: str) -> tuple[str, str | None, dict[str, Any] | None]:
     """(content, finish_reason, usage) from a chat-completion JSON body."""
-    try:
-        data = json.loads(text)
-    except ValueError:
-        raise _BadBody(f"body is not JSON ({len(text)} bytes)") from None
-    try:
-        choice = data["choices"][0]
-        content = choice["message"]["content"]
-    except (KeyError, IndexError, TypeError):
-        raise _BadBody("body is JSON but not a chat completion") from None
-    if not isinstance(content, str):
-        raise _BadBody("completion has no text content")
-    usage = data.get("usage") if isinstance(data.get("usage"), dict) else None
+    content, choice, usage = parse_body(text, chat=True)
     return content, choice.get("finish_reason"), usage
 
 
@@ -157,16 +138,12 @@ class OpenAITeacher:
     backend = "openai"
 
     def __init__(self, cfg: TeacherConfig, *, rng: random.Random | None = None) -> None:
-        import openai  # only this module talks to the API
-
-        key = os.environ.get(cfg.api_key_env, "")
-        if not key:
-            if cfg.base_url is None:
-                raise TeacherError(
-                    f"teacher.backend=openai needs an API key in the environment variable "
-                    f"{cfg.api_key_env} (or set teacher.base_url for a local server)"
-                )
-            key = "EMPTY"  # local OpenAI-compatible servers usually accept any key
+        key = api_key(cfg.api_key_env, cfg.base_url)
+        if key is None:
+            raise TeacherError(
+                f"teacher.backend=openai needs an API key in the environment variable "
+                f"{cfg.api_key_env} (or set teacher.base_url for a local server)"
+            )
         self.cfg = cfg
         self.model = cfg.model
         self.batch_size = max(1, cfg.concurrency * 2)
@@ -178,12 +155,9 @@ class OpenAITeacher:
             )
         self.meter = CostMeter(cfg.max_cost_usd)
         self._redact = Redactor(key)
-        self._rng = rng or random.Random()
-        self._rng_lock = threading.Lock()
-        self._errors = openai
-        self._client = openai.OpenAI(
-            api_key=key, base_url=cfg.base_url, timeout=cfg.timeout_s, max_retries=0
-        )
+        # "equal jitter": at least half the step, spread over the rest
+        self._backoff = Backoff(cfg.backoff_base_s, cfg.backoff_max_s, rng)
+        self._client = open_client(key, cfg.base_url, cfg.timeout_s)
 
     @property
     def budget_exhausted(self) -> bool:
@@ -234,10 +208,6 @@ class OpenAITeacher:
         return [r for r in results if r is not None]
 
     # -- one request with retries ---------------------------------------------------------
-
-    def _backoff(self, attempt: int) -> float:
-        with self._rng_lock:  # "equal jitter": at least half the step, spread over the rest
-            return backoff_s(attempt, self.cfg.backoff_base_s, self.cfg.backoff_max_s, self._rng)
 
     def _annotate_one(self, req: AnnotationRequest, stop: threading.Event) -> Annotation:
         cfg = self.cfg
@@ -296,28 +266,20 @@ class OpenAITeacher:
                 error = f"malformed answer: {e}"
                 delay = 0.0  # a fresh sample, no reason to wait
                 temperature = max(cfg.temperature, RETRY_TEMPERATURE)
-            except self._errors.APITimeoutError:
-                error = f"timeout after {cfg.timeout_s}s"
-            except self._errors.APIConnectionError as e:
-                error = f"connection error: {self._redact(e)}"
-            except self._errors.APIStatusError as e:
-                code = e.status_code
-                error = f"HTTP {code}: {self._redact(e.message)}"
-                if code in _FATAL_STATUS:
+            except Exception as e:
+                failure = classify(e, self._redact, cfg.timeout_s)
+                if failure is None:
+                    raise
+                error = failure.error
+                if failure.action == "fatal":
                     # Authentication / permission / unknown model: every request would fail,
                     # so stop the sibling workers before they send anything else.
                     stop.set()
                     raise TeacherError(f"teacher request refused, {error}") from None
-                if code not in _RETRY_STATUS and code < 500:
+                if failure.action == "fail":
                     return result("failed", attempts=attempts)
-                after = _retry_after_s(e.response.headers) if code == 429 else None
-                if after is not None:
-                    delay = min(after, MAX_RETRY_AFTER_S) + self._backoff(0) * 0.1
-            except _BadBody as e:
-                error = f"bad response body: {e}"
-            except self._errors.OpenAIError as e:  # anything else the client raises
-                error = f"{type(e).__name__}: {self._redact(e)}"
-                return result("failed", attempts=attempts)
+                if failure.retry_after_s is not None:
+                    delay = min(failure.retry_after_s, MAX_RETRY_AFTER_S) + self._backoff(0) * 0.1
             finally:
                 self.meter.settle(worst, billed)
             if attempt == cfg.max_retries:
@@ -355,8 +317,4 @@ class OpenAITeacher:
             max_tokens=self.cfg.max_tokens,
             temperature=temperature,
         )
-        try:
-            text = resp.http_response.text
-        except Exception as e:  # a body that dies while being read
-            raise _BadBody(f"unreadable body: {type(e).__name__}") from None
-        return _parse_completion(text)
+        return _parse_completion(response_text(resp))
