@@ -41,7 +41,6 @@ from components.lm.generate import (
     cut_at_stop,
 )
 from components.lm.retry import (
-    MAX_RETRY_AFTER_S,
     Backoff,
     Redactor,
     api_key,
@@ -90,6 +89,10 @@ class _Fatal(Exception):
 
 class _Halted(Exception):
     """This request gave up because another one failed for good."""
+
+
+def _refused(error: str) -> _Fatal:
+    return _Fatal(f"generation request refused, {error}")
 
 
 class OpenAIBackend(CompletionBackend):
@@ -185,17 +188,11 @@ class OpenAIBackend(CompletionBackend):
             try:
                 return self._call(prompt, params, stop)
             except Exception as e:
-                failure = classify(e, self._redact, cfg.timeout_s)
-                if failure is None:
-                    raise
+                failure = classify(e, self._redact, cfg.timeout_s, halt=halt, fatal=_refused)
                 error = failure.error
-                if failure.action == "fatal":
-                    halt.set()
-                    raise _Fatal(f"generation request refused, {error}") from None
                 if failure.action == "fail":
                     return self._failed(error)
-                if failure.retry_after_s is not None:
-                    delay = min(failure.retry_after_s, MAX_RETRY_AFTER_S)
+                delay = failure.retry_after_s
             if attempt == cfg.max_retries:
                 break
             if delay is None:

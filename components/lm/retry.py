@@ -16,6 +16,7 @@ import random
 import re
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -153,15 +154,23 @@ def parse_body(body: str, *, chat: bool) -> tuple[str, Any, dict[str, Any] | Non
 class Failure:
     """What one failed attempt means: its (redacted) error and what to do next."""
 
-    action: StatusAction
+    action: StatusAction  # "retry" or "fail" (a fatal one is raised by ``classify``)
     error: str
-    retry_after_s: float | None = None  # a 429's Retry-After, uncapped
+    retry_after_s: float | None = None  # a 429's Retry-After, capped at MAX_RETRY_AFTER_S
 
 
-def classify(e: BaseException, redact: Redactor, timeout_s: float) -> Failure | None:
-    """The failure an attempt's exception stands for; None if it is not the client's own
-    (a timeout, a dropped connection, an HTTP error status, a ``BadBody``, another
-    ``openai.OpenAIError``): re-raise that one."""
+def classify(
+    e: Exception,
+    redact: Redactor,
+    timeout_s: float,
+    *,
+    halt: threading.Event,
+    fatal: Callable[[str], Exception],
+) -> Failure:
+    """The failure an attempt's exception stands for: a timeout, a dropped connection, an
+    HTTP error status, a ``BadBody`` or another ``openai.OpenAIError``. A configuration
+    status (401/403/404) would fail every request: ``halt`` is set and ``fatal(error)``
+    raised. Any other exception is not the client's: it is raised again."""
     import openai
 
     if isinstance(e, openai.APITimeoutError):  # before its base class APIConnectionError
@@ -170,10 +179,15 @@ def classify(e: BaseException, redact: Redactor, timeout_s: float) -> Failure | 
         return Failure("retry", f"connection error: {redact(e)}")
     if isinstance(e, openai.APIStatusError):
         code = e.status_code
+        error = f"HTTP {code}: {redact(e.message)}"
+        action = status_action(code)
+        if action == "fatal":
+            halt.set()
+            raise fatal(error) from None
         after = retry_after_s(e.response.headers) if code == 429 else None
-        return Failure(status_action(code), f"HTTP {code}: {redact(e.message)}", after)
+        return Failure(action, error, None if after is None else min(after, MAX_RETRY_AFTER_S))
     if isinstance(e, BadBody):
         return Failure("retry", f"bad response body: {e}")
     if isinstance(e, openai.OpenAIError):  # anything else the client raises
         return Failure("fail", f"{type(e).__name__}: {redact(e)}")
-    return None
+    raise e

@@ -132,6 +132,10 @@ def _parse_completion(text: str) -> tuple[str, str | None, dict[str, Any] | None
     return content, choice.get("finish_reason"), usage
 
 
+def _refused(error: str) -> TeacherError:
+    return TeacherError(f"teacher request refused, {error}")
+
+
 class OpenAITeacher:
     """Teacher calling ``/v1/chat/completions`` of OpenAI or a compatible server."""
 
@@ -267,19 +271,14 @@ class OpenAITeacher:
                 delay = 0.0  # a fresh sample, no reason to wait
                 temperature = max(cfg.temperature, RETRY_TEMPERATURE)
             except Exception as e:
-                failure = classify(e, self._redact, cfg.timeout_s)
-                if failure is None:
-                    raise
+                # Authentication / permission / unknown model: every request would fail,
+                # so the sibling workers stop before they send anything else.
+                failure = classify(e, self._redact, cfg.timeout_s, halt=stop, fatal=_refused)
                 error = failure.error
-                if failure.action == "fatal":
-                    # Authentication / permission / unknown model: every request would fail,
-                    # so stop the sibling workers before they send anything else.
-                    stop.set()
-                    raise TeacherError(f"teacher request refused, {error}") from None
                 if failure.action == "fail":
                     return result("failed", attempts=attempts)
                 if failure.retry_after_s is not None:
-                    delay = min(failure.retry_after_s, MAX_RETRY_AFTER_S) + self._backoff(0) * 0.1
+                    delay = failure.retry_after_s + self._backoff(0) * 0.1
             finally:
                 self.meter.settle(worst, billed)
             if attempt == cfg.max_retries:
