@@ -126,6 +126,38 @@ def excerpt(text: str | None, n: int = 300) -> str | None:
     return text if len(text) <= n else text[:n] + "..."
 
 
+def answer(
+    req: AnnotationRequest,
+    status: Status,
+    teacher: Teacher,
+    tokens: Sequence[int],
+    attempts: int,
+    *,
+    reasoning: str | None = None,
+    error: str | None = None,
+    raw: str | None = None,
+    cost_usd: float = 0.0,
+    redact: Callable[[str], str] | None = None,
+) -> Annotation:
+    """The annotation of ``req`` by ``teacher`` (its backend and model): ``tokens`` is
+    (prompt, completion) over every attempt; the error and an excerpt of ``raw`` pass
+    through ``redact`` when given."""
+    clean = redact or str
+    return Annotation(
+        id=req.id,
+        status=status,
+        reasoning=reasoning,
+        backend=teacher.backend,
+        model=teacher.model,
+        prompt_tokens=tokens[0],
+        completion_tokens=tokens[1],
+        cost_usd=cost_usd,
+        attempts=attempts,
+        error=None if error is None else clean(error),
+        raw=None if raw is None else clean(excerpt(raw)),
+    )
+
+
 def iter_requests(
     trajectories: Iterable[Trajectory], history_len: int
 ) -> Iterator[AnnotationRequest]:

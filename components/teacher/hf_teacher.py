@@ -17,9 +17,8 @@ from components.teacher.base import (
     AnnotationRequest,
     MalformedAnswerError,
     OnResult,
-    Status,
     TeacherError,
-    excerpt,
+    answer,
     parse_reasoning,
 )
 from components.teacher.prompt import build_messages
@@ -150,40 +149,19 @@ class HFTeacher:
                         last[i] = (f"malformed answer: {e}", text)
                         still.append(i)
                         continue
-                    final[i] = self._result(batch[i], "ok", tokens[i], attempt + 1, reasoning)
+                    final[i] = answer(
+                        batch[i], "ok", self, tokens[i], attempt + 1, reasoning=reasoning
+                    )
                     if on_result is not None:
                         on_result(final[i])
             pending = still
         for i in pending:
             error, text = last[i]
-            final[i] = self._result(
-                batch[i], "failed", tokens[i], self.cfg.max_retries + 1, error=error, raw=text
+            final[i] = answer(
+                batch[i], "failed", self, tokens[i], self.cfg.max_retries + 1, error=error, raw=text
             )
             if on_result is not None:
                 on_result(final[i])
         if pending:
             log.warning("hf teacher: %d/%d answers malformed", len(pending), len(batch))
         return [final[i] for i in range(len(batch))]
-
-    def _result(
-        self,
-        req: AnnotationRequest,
-        status: Status,
-        tokens: list[int],
-        attempts: int,
-        reasoning: str | None = None,
-        error: str | None = None,
-        raw: str | None = None,
-    ) -> Annotation:
-        return Annotation(
-            id=req.id,
-            status=status,
-            reasoning=reasoning,
-            backend=self.backend,
-            model=self.model,
-            prompt_tokens=tokens[0],
-            completion_tokens=tokens[1],
-            attempts=attempts,
-            error=error,
-            raw=excerpt(raw),
-        )

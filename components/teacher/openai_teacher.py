@@ -32,7 +32,7 @@ from components.teacher.base import (
     OnResult,
     Status,
     TeacherError,
-    excerpt,
+    answer,
     parse_reasoning,
 )
 from components.teacher.prompt import build_messages
@@ -223,18 +223,17 @@ class OpenAITeacher:
         raw: str | None = None
 
         def result(status: Status, reasoning: str | None = None, attempts: int = 0) -> Annotation:
-            return Annotation(
-                id=req.id,
-                status=status,
+            return answer(
+                req,
+                status,
+                self,
+                tokens,
+                attempts,
                 reasoning=reasoning,
-                backend=self.backend,
-                model=self.model,
-                prompt_tokens=tokens[0],
-                completion_tokens=tokens[1],
+                error=None if status == "ok" else error,
+                raw=raw,
                 cost_usd=cost,
-                attempts=attempts,
-                error=None if status == "ok" else self._redact(error),
-                raw=None if raw is None else self._redact(excerpt(raw)),
+                redact=self._redact,
             )
 
         attempts = 0
