@@ -67,6 +67,47 @@ def _targets(policy: ScorerPolicy, demos: Sequence[Demonstration]) -> list[tuple
     return [(dec, dec.commands.index(d.action)) for dec, d in zip(decisions, demos, strict=True)]
 
 
+def _fit(
+    policy: ScorerPolicy,
+    rows: Sequence[Any],
+    step: Callable[[Any, list[Any]], tuple[Any, int]],
+    hits: str,
+    epochs: int,
+    batch_size: int,
+    seed: int,
+    progress: Progress | None,
+    **adam: float,
+) -> list[dict[str, float]]:
+    """Adam over seeded shuffled minibatches of ``rows``; ``step(model, batch)`` gives the
+    batch's mean loss and how many of its rows it got right. One row per epoch: the mean
+    loss, the share right (as ``hits``) and the epoch; the model is left in eval mode."""
+    import torch
+
+    opt = torch.optim.Adam(policy.trainable_parameters(), **adam)
+    rng = random.Random(seed)
+    model = policy.model
+    model.train()
+    history: list[dict[str, float]] = []
+    for epoch in range(epochs):
+        order = list(range(len(rows)))
+        rng.shuffle(order)
+        total, right = 0.0, 0
+        for b in range(0, len(order), batch_size):
+            batch = [rows[i] for i in order[b : b + batch_size]]
+            loss, n_right = step(model, batch)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            total += float(loss.detach()) * len(batch)
+            right += n_right
+        row = {"loss": total / len(rows), hits: right / len(rows), "epoch": epoch + 1}
+        history.append(row)
+        if progress is not None:
+            progress(row, epoch + 1)
+    model.eval()
+    return history
+
+
 def train_sft(
     policy: ScorerPolicy,
     demos: Sequence[Demonstration],
@@ -85,32 +126,25 @@ def train_sft(
         raise ValueError("no expert demonstration to clone")
     start = time.perf_counter()
     data = _targets(policy, demos)
-    opt = torch.optim.Adam(
-        policy.trainable_parameters(), lr=learning_rate, weight_decay=weight_decay
+
+    def step(model: Any, batch: list[tuple[Decision, int]]) -> tuple[Any, int]:
+        logits, _ = model(*collate([dec for dec, _ in batch]))
+        y = torch.tensor([t for _, t in batch])
+        loss = torch.nn.functional.cross_entropy(logits, y)
+        return loss, int((logits.argmax(-1) == y).sum())
+
+    history = _fit(
+        policy,
+        data,
+        step,
+        "accuracy",
+        epochs,
+        batch_size,
+        seed,
+        progress,
+        lr=learning_rate,
+        weight_decay=weight_decay,
     )
-    rng = random.Random(seed)
-    model = policy.model
-    model.train()
-    history: list[dict[str, float]] = []
-    for epoch in range(epochs):
-        order = list(range(len(data)))
-        rng.shuffle(order)
-        total, correct = 0.0, 0
-        for b in range(0, len(order), batch_size):
-            batch = [data[i] for i in order[b : b + batch_size]]
-            logits, _ = model(*collate([dec for dec, _ in batch]))
-            y = torch.tensor([t for _, t in batch])
-            loss = torch.nn.functional.cross_entropy(logits, y)
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step()
-            total += float(loss.detach()) * len(batch)
-            correct += int((logits.argmax(-1) == y).sum())
-        row = {"loss": total / len(data), "accuracy": correct / len(data), "epoch": epoch + 1}
-        history.append(row)
-        if progress is not None:
-            progress(row, epoch + 1)
-    model.eval()
     return {
         "train_loss": history[-1]["loss"],
         "train_accuracy": history[-1]["accuracy"],
@@ -178,37 +212,23 @@ def train_dpo(
         (dec, dec.commands.index(p.demo.action), dec.commands.index(p.rejected))
         for dec, p in zip(decisions, pairs, strict=True)
     ]
-    opt = torch.optim.Adam(policy.trainable_parameters(), lr=learning_rate)
-    rng = random.Random(seed)
-    model = policy.model
-    model.train()
-    history: list[dict[str, float]] = []
-    for epoch in range(epochs):
-        order = list(range(len(rows)))
-        rng.shuffle(order)
-        total, wins = 0.0, 0
-        for b in range(0, len(order), batch_size):
-            batch = [rows[i] for i in order[b : b + batch_size]]
-            inputs = collate([dec for dec, _, _ in batch])
-            chosen = torch.tensor([c for _, c, _ in batch]).unsqueeze(1)
-            rejected = torch.tensor([r for _, _, r in batch]).unsqueeze(1)
-            logp = torch.log_softmax(model(*inputs)[0], -1)
-            with torch.no_grad():
-                ref = torch.log_softmax(reference(*inputs)[0], -1)
-            margin = (logp.gather(1, chosen) - ref.gather(1, chosen)) - (
-                logp.gather(1, rejected) - ref.gather(1, rejected)
-            )
-            loss = -torch.nn.functional.logsigmoid(beta * margin).mean()
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step()
-            total += float(loss.detach()) * len(batch)
-            wins += int((margin > 0).sum())
-        row = {"loss": total / len(rows), "reward_accuracy": wins / len(rows), "epoch": epoch + 1}
-        history.append(row)
-        if progress is not None:
-            progress(row, epoch + 1)
-    model.eval()
+
+    def step(model: Any, batch: list[tuple[Decision, int, int]]) -> tuple[Any, int]:
+        inputs = collate([dec for dec, _, _ in batch])
+        chosen = torch.tensor([c for _, c, _ in batch]).unsqueeze(1)
+        rejected = torch.tensor([r for _, _, r in batch]).unsqueeze(1)
+        logp = torch.log_softmax(model(*inputs)[0], -1)
+        with torch.no_grad():
+            ref = torch.log_softmax(reference(*inputs)[0], -1)
+        margin = (logp.gather(1, chosen) - ref.gather(1, chosen)) - (
+            logp.gather(1, rejected) - ref.gather(1, rejected)
+        )
+        loss = -torch.nn.functional.logsigmoid(beta * margin).mean()
+        return loss, int((margin > 0).sum())
+
+    history = _fit(
+        policy, rows, step, "reward_accuracy", epochs, batch_size, seed, progress, lr=learning_rate
+    )
     return {
         "train_loss": history[-1]["loss"],
         "reward_accuracy": history[-1]["reward_accuracy"],
