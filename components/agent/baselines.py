@@ -18,7 +18,6 @@ from __future__ import annotations
 import json
 import logging
 import shutil
-import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -152,26 +151,18 @@ class DPOResult:
 
     def metrics(self) -> dict[str, float | int]:
         """The numeric summary (for metrics files and MLflow)."""
-        out: dict[str, float | int] = {
-            "train_steps": self.steps,
-            "train_seconds": round(self.seconds, 2),
-            "n_pairs": self.n_pairs,
-            "n_dropped_too_long": self.n_dropped_too_long,
-            "resumed": int(self.resumed_from is not None),
-            "stopped_by_time_budget": int(self.stopped_by_time_budget),
-        }
-        for key in (
+        from components.lm.training import run_metrics
+
+        counts = {"n_pairs": self.n_pairs, "n_dropped_too_long": self.n_dropped_too_long}
+        losses = (
             "train_loss",
             "first_loss",
             "last_loss",
             "first_accuracy",
             "last_accuracy",
             "last_margin",
-        ):
-            value = getattr(self, key)
-            if value is not None:
-                out[key] = round(float(value), 5)
-        return out
+        )
+        return run_metrics(self, counts, losses)
 
 
 def pair_length(tokenizer: Any, pair: PreferencePair) -> int:
@@ -223,16 +214,9 @@ def make_dpo_trainer(
     args = DPOConfig(
         **trainer_args(
             output_dir=str(checkpoint_dir),
-            max_steps=d.max_steps,
-            epochs=d.epochs,
-            batch_size=d.batch_size,
-            grad_accum=d.grad_accum,
-            learning_rate=d.learning_rate,
-            warmup_ratio=d.warmup_ratio,
+            schedule=d,
             max_length=acfg.max_length,
             bf16=acfg.bf16,
-            logging_steps=d.logging_steps,
-            save_steps=d.save_steps,
             seed=acfg.seed,
         ),
         beta=d.beta,
@@ -269,15 +253,11 @@ def train_dpo_policy(
 ) -> tuple[Any, DPOResult]:
     """DPO from ``model`` (the SFT policy, also the reference); resumes a same-fingerprint run."""
     from components.experience.sft import prepare_checkpoints
+    from components.lm.training import timed_train
 
     resume = prepare_checkpoints(checkpoint_dir, fingerprint)
     trainer, dropped = make_dpo_trainer(model, tokenizer, pairs, acfg, checkpoint_dir)
-    budget = next(c for c in trainer.callback_handler.callbacks if hasattr(c, "stopped"))
-    if resume:
-        log.info("resuming DPO from %s", resume)
-    start = time.perf_counter()
-    output = trainer.train(resume_from_checkpoint=resume)
-    seconds = time.perf_counter() - start
+    output, seconds, stopped = timed_train(trainer, resume, "DPO")
     trained = trainer.model
     if acfg.lora:
         trained = trained.merge_and_unload()  # a plain model: inference needs no peft
@@ -303,7 +283,7 @@ def train_dpo_policy(
         last_accuracy=last_acc,
         last_margin=last_margin,
         resumed_from=resume,
-        stopped_by_time_budget=budget.stopped,
+        stopped_by_time_budget=stopped,
         log_history=list(trainer.state.log_history),
     )
     return trained, result

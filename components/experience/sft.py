@@ -22,6 +22,7 @@ from typing import Any
 
 from components.config import ExperienceConfig
 from components.experience.dataset import ExperienceExample
+from components.lm.training import lora_config, run_metrics, timed_train, trainer_args
 
 log = logging.getLogger(__name__)
 
@@ -48,21 +49,13 @@ class SFTResult:
 
     def metrics(self) -> dict[str, float | int]:
         """The numeric summary (for metrics files and MLflow)."""
-        out: dict[str, float | int] = {
-            "train_steps": self.steps,
-            "train_seconds": round(self.seconds, 2),
-            "train_minutes": round(self.seconds / 60, 3),
+        counts = {
             "n_train_examples": self.n_train,
             "n_dropped_too_long": self.n_dropped_too_long,
             "n_fewer_retrieved": self.n_fewer_retrieved,
-            "resumed": int(self.resumed_from is not None),
-            "stopped_by_time_budget": int(self.stopped_by_time_budget),
         }
-        for key in ("train_loss", "first_loss", "last_loss", "eval_loss"):
-            value = getattr(self, key)
-            if value is not None:
-                out[key] = round(float(value), 5)
-        return out
+        losses = ("train_loss", "first_loss", "last_loss", "eval_loss")
+        return run_metrics(self, counts, losses, minutes=True)
 
 
 @dataclass(frozen=True)
@@ -138,8 +131,6 @@ def make_trainer(
     from datasets import Dataset
     from trl import SFTConfig, SFTTrainer
 
-    from components.lm.training import lora_config, trainer_args
-
     kept, dropped, shrunk = fit_length(tokenizer, train, cfg.max_length)
     if not kept:
         raise ValueError(f"no train example fits max_length={cfg.max_length}")
@@ -156,16 +147,9 @@ def make_trainer(
     args = SFTConfig(
         **trainer_args(
             output_dir=str(checkpoint_dir),
-            max_steps=cfg.max_steps,
-            epochs=cfg.epochs,
-            batch_size=cfg.batch_size,
-            grad_accum=cfg.grad_accum,
-            learning_rate=cfg.learning_rate,
-            warmup_ratio=cfg.warmup_ratio,
+            schedule=cfg,
             max_length=cfg.max_length,
             bf16=cfg.bf16,
-            logging_steps=cfg.logging_steps,
-            save_steps=cfg.save_steps,
             seed=cfg.seed,
         ),
         per_device_eval_batch_size=cfg.batch_size,
@@ -200,12 +184,7 @@ def train_sft(
     """Fine-tune ``model`` on the examples (resuming a same-fingerprint run); LoRA merged."""
     resume = prepare_checkpoints(checkpoint_dir, fingerprint)
     trainer, fit = make_trainer(model, tokenizer, train, cfg, checkpoint_dir, eval_examples)
-    budget = next(c for c in trainer.callback_handler.callbacks if hasattr(c, "stopped"))
-    if resume:
-        log.info("resuming from %s", resume)
-    start = time.perf_counter()
-    output = trainer.train(resume_from_checkpoint=resume)
-    seconds = time.perf_counter() - start
+    output, seconds, stopped = timed_train(trainer, resume, "SFT")
     eval_loss = trainer.evaluate()["eval_loss"] if trainer.eval_dataset is not None else None
     trained = trainer.model
     if cfg.lora:
@@ -222,7 +201,7 @@ def train_sft(
         last_loss=losses[-1] if losses else None,
         eval_loss=eval_loss,
         resumed_from=resume,
-        stopped_by_time_budget=budget.stopped,
+        stopped_by_time_budget=stopped,
         log_history=list(trainer.state.log_history),
     )
     return trained, result

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import logging
+import time
+from collections.abc import Sequence
 from typing import Any
+
+log = logging.getLogger(__name__)
 
 
 def use_bf16(setting: bool | None) -> bool:
@@ -20,39 +25,31 @@ def use_bf16(setting: bool | None) -> bool:
 
 
 def trainer_args(
-    *,
-    output_dir: str,
-    max_steps: int,
-    epochs: float,
-    batch_size: int,
-    grad_accum: int,
-    learning_rate: float,
-    warmup_ratio: float,
-    max_length: int,
-    bf16: bool | None,
-    logging_steps: int,
-    save_steps: int,
-    seed: int,
+    *, output_dir: str, schedule: Any, max_length: int, bf16: bool | None, seed: int
 ) -> dict[str, Any]:
-    """Keyword arguments common to our TRL configs (SFTConfig, DPOConfig)."""
+    """Keyword arguments common to our TRL configs (SFTConfig, DPOConfig).
+
+    ``schedule`` holds the run's max_steps, epochs, batch_size, grad_accum, learning_rate,
+    warmup_ratio, logging_steps and save_steps (an ExperienceConfig, the agent's DPO part).
+    """
     import torch
 
     return {
         "output_dir": output_dir,
-        "max_steps": max_steps,
-        "num_train_epochs": epochs,
-        "per_device_train_batch_size": batch_size,
-        "gradient_accumulation_steps": grad_accum,
-        "learning_rate": learning_rate,
+        "max_steps": schedule.max_steps,
+        "num_train_epochs": schedule.epochs,
+        "per_device_train_batch_size": schedule.batch_size,
+        "gradient_accumulation_steps": schedule.grad_accum,
+        "learning_rate": schedule.learning_rate,
         "lr_scheduler_type": "cosine",
-        "warmup_steps": warmup_ratio,  # a float < 1 is a ratio of the total steps
+        "warmup_steps": schedule.warmup_ratio,  # a float < 1 is a ratio of the total steps
         "max_length": max_length,
         "activation_checkpointing": False,  # TRL turns it on by default; pure cost on CPU
         "bf16": use_bf16(bf16),
         "use_cpu": not torch.cuda.is_available(),
-        "logging_steps": logging_steps,
+        "logging_steps": schedule.logging_steps,
         "save_strategy": "steps",
-        "save_steps": save_steps,
+        "save_steps": schedule.save_steps,
         "save_total_limit": 1,  # resuming needs only the last checkpoint
         "eval_strategy": "no",
         "report_to": "none",  # the stages log to MLflow themselves
@@ -74,3 +71,36 @@ def lora_config(r: int, alpha: int, dropout: float = 0.05) -> Any:
         target_modules="all-linear",
         task_type="CAUSAL_LM",
     )
+
+
+def timed_train(trainer: Any, resume: str | None, what: str) -> tuple[Any, float, bool]:
+    """Run ``trainer`` (from checkpoint ``resume``, if any): (its output, the seconds it
+    took, whether the time-budget callback stopped it)."""
+    budget = next(c for c in trainer.callback_handler.callbacks if hasattr(c, "stopped"))
+    if resume:
+        log.info("resuming %s from %s", what, resume)
+    start = time.perf_counter()
+    output = trainer.train(resume_from_checkpoint=resume)
+    return output, time.perf_counter() - start, budget.stopped
+
+
+def run_metrics(
+    result: Any, counts: dict[str, int], losses: Sequence[str], *, minutes: bool = False
+) -> dict[str, float | int]:
+    """The numeric summary of a training run (for metrics files and MLflow): its steps and
+    seconds (and minutes), ``counts``, resumed / stopped flags, then each of the result's
+    ``losses`` fields that is set, rounded."""
+    out: dict[str, float | int] = {
+        "train_steps": result.steps,
+        "train_seconds": round(result.seconds, 2),
+    }
+    if minutes:
+        out["train_minutes"] = round(result.seconds / 60, 3)
+    out |= counts
+    out["resumed"] = int(result.resumed_from is not None)
+    out["stopped_by_time_budget"] = int(result.stopped_by_time_budget)
+    for key in losses:
+        value = getattr(result, key)
+        if value is not None:
+            out[key] = round(float(value), 5)
+    return out
