@@ -43,6 +43,19 @@ MALFORMED_ACTION = "noop"  # what the env receives for a malformed answer (an un
 SETTINGS_FILE = "policy_settings.json"
 
 
+def trainable(module: Any) -> Iterator[torch.nn.Parameter]:
+    """The parameters of ``module`` that require gradients."""
+    return (p for p in module.parameters() if p.requires_grad)
+
+
+def frozen(module: Any) -> Any:
+    """An independent copy of ``module`` in eval mode, every parameter frozen."""
+    out = copy.deepcopy(module).eval()
+    for p in out.parameters():
+        p.requires_grad_(False)
+    return out
+
+
 @dataclass(frozen=True)
 class ActResult:
     """One decision: what was sent to the env and the tokens behind it."""
@@ -188,15 +201,12 @@ class PolicyModel:
 
     def trainable_parameters(self) -> Iterator[torch.nn.Parameter]:
         """Parameters the optimizer updates (all of them, or the LoRA adapters)."""
-        return (p for p in self.model.parameters() if p.requires_grad)
+        return trainable(self.model)
 
     def frozen_copy(self) -> PolicyModel:
         """An independent frozen copy (the KL reference of a full fine-tune)."""
-        model = copy.deepcopy(self.model).eval()
-        for p in model.parameters():
-            p.requires_grad_(False)
         return PolicyModel(
-            model,
+            frozen(self.model),
             self.tokenizer,
             self.settings,
             gen_batch_size=self.gen_batch_size,

@@ -16,7 +16,6 @@ generalises because every input is text the frozen encoder already understands.
 
 from __future__ import annotations
 
-import copy
 import json
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass
@@ -26,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 from components.agent.features import CachedEncoder, Decision, Design, Featurizer
 from components.agent.policy import Decision as Answer
 from components.agent.policy import Observation, PolicySettings
-from components.agent.policy_model import ActResult, TokenScores
+from components.agent.policy_model import ActResult, TokenScores, frozen, trainable
 
 if TYPE_CHECKING:
     import torch
@@ -144,14 +143,11 @@ class ScorerPolicy:
 
     def trainable_parameters(self) -> Iterator[torch.nn.Parameter]:
         """All parameters of the head (the encoder is frozen)."""
-        return (p for p in self.model.parameters() if p.requires_grad)
+        return trainable(self.model)
 
     def frozen_copy(self) -> ScorerPolicy:
         """An independent frozen copy (the KL reference), sharing the encoder cache."""
-        net = copy.deepcopy(self.model).eval()
-        for p in net.parameters():
-            p.requires_grad_(False)
-        return ScorerPolicy(self.scorer_settings, encoder=self.encoder, net=net)
+        return ScorerPolicy(self.scorer_settings, encoder=self.encoder, net=frozen(self.model))
 
     def decide(self, observations: Sequence[Observation]) -> list[Decision]:
         """The features of each observation's admissible commands."""
