@@ -212,13 +212,7 @@ def make_dpo_trainer(
             "%d of %d pairs over max_length=%d dropped", dropped, len(pairs), acfg.max_length
         )
     args = DPOConfig(
-        **trainer_args(
-            output_dir=str(checkpoint_dir),
-            schedule=d,
-            max_length=acfg.max_length,
-            bf16=acfg.bf16,
-            seed=acfg.seed,
-        ),
+        **trainer_args(str(checkpoint_dir), d, acfg),
         beta=d.beta,
         loss_type=[d.loss_type],
     )

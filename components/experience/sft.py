@@ -145,13 +145,7 @@ def make_trainer(
         )
     eval_kept, _, _ = fit_length(tokenizer, eval_examples, cfg.max_length)
     args = SFTConfig(
-        **trainer_args(
-            output_dir=str(checkpoint_dir),
-            schedule=cfg,
-            max_length=cfg.max_length,
-            bf16=cfg.bf16,
-            seed=cfg.seed,
-        ),
+        **trainer_args(str(checkpoint_dir), cfg, cfg),
         per_device_eval_batch_size=cfg.batch_size,
         weight_decay=cfg.weight_decay,
         completion_only_loss=True,  # explicit: loss on the answer only

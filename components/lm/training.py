@@ -24,14 +24,14 @@ def use_bf16(setting: bool | None) -> bool:
     return torch.cuda.is_available() and torch.cuda.is_bf16_supported()
 
 
-def trainer_args(
-    *, output_dir: str, schedule: Any, max_length: int, bf16: bool | None, seed: int
-) -> dict[str, Any]:
+def trainer_args(output_dir: str, schedule: Any, model: Any) -> dict[str, Any]:
     """Keyword arguments common to our TRL configs (SFTConfig, DPOConfig).
 
     ``schedule`` holds the run's max_steps, epochs, batch_size, grad_accum, learning_rate,
-    warmup_ratio, logging_steps and save_steps (an ExperienceConfig, the agent's DPO part).
+    warmup_ratio, logging_steps and save_steps (an ExperienceConfig, the agent's DPO part),
+    ``model`` its max_length, bf16 and seed (the experience or agent config).
     """
+    max_length, bf16, seed = model.max_length, model.bf16, model.seed
     import torch
 
     return {
