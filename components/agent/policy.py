@@ -13,6 +13,8 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from components.experience.format import diagnose_tags
+
 SYSTEM_PROMPT = (
     "You are an agent acting in a text environment. Read the task, the recent history, the "
     "current state and the admissible actions, think briefly about the next step toward the "
@@ -114,7 +116,7 @@ def parse_answer(text: str, with_reasoning: bool = True) -> Decision:
     """Parse an answer strictly; raises MalformedActionError naming the problem."""
     match = (_WITH if with_reasoning else _WITHOUT).match(text)
     if match is None:
-        raise MalformedActionError(_diagnose(text, with_reasoning))
+        raise MalformedActionError(diagnose_tags(text, ("action",), with_reasoning))
     groups = match.groupdict()
     action = _WS.sub(" ", groups["action"]).strip()
     if not action:
@@ -130,18 +132,6 @@ def parse_answer(text: str, with_reasoning: bool = True) -> Decision:
     if with_reasoning and not reasoning:
         raise MalformedActionError("empty <think>")
     return Decision(action=action, reasoning=reasoning)
-
-
-def _diagnose(text: str, with_reasoning: bool) -> str:
-    required = ("think", "action") if with_reasoning else ("action",)
-    for tag in required:
-        if f"<{tag}>" not in text:
-            return f"missing <{tag}>"
-        if f"</{tag}>" not in text:
-            return f"unclosed <{tag}> (truncated answer?)"
-    if not with_reasoning and "<think>" in text:
-        return "unexpected <think> (reasoning is disabled)"
-    return "tags out of order or text outside the tags"
 
 
 def expert_reasoning(action: str, admissible: Sequence[str] | None) -> str:

@@ -176,7 +176,7 @@ def parse_answer(
     """Parse an answer strictly (a delta is applied to ``state``); malformed raises."""
     match = (_ANSWER_WITH if with_reasoning else _ANSWER_WITHOUT).match(text)
     if match is None:
-        raise MalformedOutputError(_diagnose(text, with_reasoning))
+        raise MalformedOutputError(diagnose_tags(text, ("state", "reward"), with_reasoning))
     groups = match.groupdict()
     reward_text = groups["reward"].strip()
     if reward_text not in ("0", "1"):
@@ -194,8 +194,10 @@ def parse_answer(
     return Prediction(reasoning=reasoning, next_state=next_state, reward=int(reward_text))
 
 
-def _diagnose(text: str, with_reasoning: bool) -> str:
-    required = ("think", "state", "reward") if with_reasoning else ("state", "reward")
+def diagnose_tags(text: str, tags: Sequence[str], with_reasoning: bool) -> str:
+    """Why ``text`` is not a well-formed answer with ``tags`` (after ``<think>`` when
+    ``with_reasoning``): the first missing or unclosed tag, else a stray or misplaced one."""
+    required = ("think", *tags) if with_reasoning else tuple(tags)
     for tag in required:
         if f"<{tag}>" not in text:
             return f"missing <{tag}>"
