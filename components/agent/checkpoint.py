@@ -29,18 +29,24 @@ FINGERPRINT_FILE = "fingerprint.json"
 _NAME = re.compile(rf"^{PREFIX}(\d+)$")
 
 
-def prepare(ckpt_dir: Path, fingerprint: dict[str, Any]) -> Path | None:
-    """The newest checkpoint of this run (None if none); another run's are wiped."""
+def same_run(ckpt_dir: Path, fingerprint: dict[str, Any]) -> bool:
+    """True if ``ckpt_dir`` is stamped with ``fingerprint`` (its checkpoints are this
+    run's); else another run's checkpoints are wiped and the folder stamped for this one."""
     blob = json.dumps(fingerprint, sort_keys=True, default=str)
     stamp = ckpt_dir / FINGERPRINT_FILE
     if stamp.exists() and stamp.read_text(encoding="utf-8") == blob:
-        return latest(ckpt_dir)
+        return True
     if ckpt_dir.exists():
         log.info("checkpoints in %s belong to another run: starting over", ckpt_dir)
         shutil.rmtree(ckpt_dir)
     ckpt_dir.mkdir(parents=True, exist_ok=True)
     stamp.write_text(blob, encoding="utf-8")
-    return None
+    return False
+
+
+def prepare(ckpt_dir: Path, fingerprint: dict[str, Any]) -> Path | None:
+    """The newest checkpoint of this run (None if none); another run's are wiped."""
+    return latest(ckpt_dir) if same_run(ckpt_dir, fingerprint) else None
 
 
 def latest(ckpt_dir: Path) -> Path | None:

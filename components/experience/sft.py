@@ -20,13 +20,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from components.agent.checkpoint import same_run
 from components.config import ExperienceConfig
 from components.experience.dataset import ExperienceExample
 from components.lm.training import lora_config, run_metrics, timed_train, trainer_args
 
 log = logging.getLogger(__name__)
 
-FINGERPRINT_FILE = "fingerprint.json"
 META_FILE = "experience_model.json"
 
 
@@ -100,16 +100,7 @@ def fit_length(
 
 def prepare_checkpoints(checkpoint_dir: Path, fingerprint: dict[str, Any]) -> str | None:
     """Keep checkpoints of the same run (returns the last one), wipe those of another."""
-    stamp = checkpoint_dir / FINGERPRINT_FILE
-    blob = json.dumps(fingerprint, sort_keys=True, default=str)
-    if stamp.exists() and stamp.read_text(encoding="utf-8") == blob:
-        return last_checkpoint(checkpoint_dir)
-    if checkpoint_dir.exists():
-        log.info("checkpoints in %s belong to another run: starting over", checkpoint_dir)
-        shutil.rmtree(checkpoint_dir)
-    checkpoint_dir.mkdir(parents=True, exist_ok=True)
-    stamp.write_text(blob, encoding="utf-8")
-    return None
+    return last_checkpoint(checkpoint_dir) if same_run(checkpoint_dir, fingerprint) else None
 
 
 def last_checkpoint(checkpoint_dir: Path) -> str | None:
