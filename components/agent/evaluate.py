@@ -36,7 +36,7 @@ from components.agent.policy import (
     render_prompt,
 )
 from components.agent.policy_model import MALFORMED_ACTION
-from components.envs.base import ADMISSIBLE, VALID, Env, EnvError
+from components.envs.base import ADMISSIBLE, VALID, Env, EnvError, step_won
 from components.evaluation.fidelity import wilson_interval
 from components.schema import Task
 
@@ -243,7 +243,8 @@ def apply_answer(episode: LiveEpisode, answer: Answer) -> EpisodeRecord | None:
         return episode.record(success=False, truncated=False, error=str(err))
     episode.invalid += int(not info.get(VALID, True))
     if terminated or truncated:
-        return episode.record(success=bool(reward), truncated=truncated and not terminated)
+        won = step_won(info, float(reward))
+        return episode.record(success=won, truncated=truncated and not terminated)
     episode.seen = episode.seen.then(answer.action, obs, info.get(ADMISSIBLE))
     return None
 

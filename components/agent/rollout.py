@@ -29,7 +29,7 @@ from typing import Any, Protocol
 
 from components.agent.policy import Observation
 from components.agent.policy_model import ActResult, TokenScores
-from components.envs.base import ADMISSIBLE, VALID, WON, Env, EnvError
+from components.envs.base import ADMISSIBLE, VALID, Env, EnvError, step_won
 from components.schema import Provenance, Source, Task, Trajectory, Transition, stable_id
 
 ENV_ERROR = "env_error"  # info key: the env process failed, the episode ended as a failure
@@ -215,6 +215,7 @@ class Turn:
     next_state: str
     valid: bool
     done: bool
+    won: bool = False  # the env's won flag (with env.reward = score a reward is not a win)
 
 
 @dataclass
@@ -237,8 +238,8 @@ class Episode:
 
     @property
     def success(self) -> bool:
-        """The task was completed."""
-        return self.won or self.reward > 0
+        """The task was completed (the env's won flag, never a partial score)."""
+        return self.won
 
     @property
     def n_malformed(self) -> int:
@@ -272,7 +273,7 @@ class Episode:
                     state=state,
                     action=t.act.action,
                     next_state=t.next_state,
-                    reward=int(t.reward > 0),
+                    reward=int(t.won),
                     done=t.done,
                     admissible_actions=list(t.observation.admissible)
                     if t.observation.admissible is not None
@@ -389,14 +390,15 @@ def collect_rollouts(
                 truncated = truncated or not terminated
             done = bool(terminated or truncated)
             valid = bool(info.get(VALID, True)) and not act.malformed
-            ep.turns.append(Turn(obs_i, act, float(reward), obs, valid, done))
+            won = step_won(info, float(reward))
+            ep.turns.append(Turn(obs_i, act, float(reward), obs, valid, done, won))
             seen[i] = obs_i.then(act.action, obs, _admissible(info))
             if ENV_ERROR in info:
                 ep.env_error = str(info[ENV_ERROR])
             if done:
                 live[i] = False
                 ep.terminated, ep.truncated = bool(terminated), bool(truncated and not terminated)
-                ep.won = bool(info.get(WON, False)) or reward > 0
+                ep.won = won
     return RolloutBatch(
         episodes=episodes,
         real_steps=real_steps_of(venv) - steps_before,

@@ -30,7 +30,7 @@ from pydantic import ValidationError
 
 from components.config import Config
 from components.data.policies import POLICIES, ExpertEnv, behaviour_key, make_policy
-from components.envs.base import ADMISSIBLE, VALID, EnvError
+from components.envs.base import ADMISSIBLE, VALID, EnvError, step_won
 from components.envs.textworld_env import story_file_problem
 from components.envs.textworld_tasks import exit_with_parent
 from components.io import atomic_write_bytes, remove_stale_temps
@@ -125,7 +125,7 @@ def run_episode(
                 state=obs,
                 action=action,
                 next_state=next_obs,
-                reward=reward,
+                reward=int(step_won(next_info, reward)),  # a win, not a partial score
                 done=terminated or truncated,
                 admissible_actions=list(info.get(ADMISSIBLE) or []),
                 valid_action=bool(next_info[VALID]),

@@ -10,6 +10,7 @@ can be checked against the true simulator (fidelity: eps_R, eps_P).
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, Protocol, runtime_checkable
@@ -30,6 +31,14 @@ REWARD_WON: Final[RewardMode] = "won"  # 1 on the step that wins, else 0 (the de
 REWARD_SCORE: Final[RewardMode] = "score"  # the step's gain of NORM_SCORE
 
 TASKS_FILE = "tasks.jsonl"  # every env's task suite, in the generate-tasks stage's out dir
+
+
+def step_won(info: Mapping[str, Any], reward: float) -> bool:
+    """Whether a step won: the env's ``WON`` flag; ``reward > 0`` for an env without one.
+
+    With ``env.reward = score`` a partial score gain is a reward, not a win.
+    """
+    return bool(info[WON]) if WON in info else reward > 0
 
 
 def step_reward(mode: RewardMode, won: bool, norm_score: float, previous: float) -> float:
