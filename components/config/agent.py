@@ -237,6 +237,12 @@ class RLConfig(_Section):
     s2r_tasks_per_iteration: int | None = Field(
         8, ge=1, description="sim-to-real rounds' task batch (None: the algorithm's own)"
     )
+    s2r_task_prior: Literal["none", "synthetic"] = Field(
+        "none",
+        description="sim-to-real task sampler's start: none (every task uncertain) or "
+        "synthetic (each train task's success in the seed's own DreamGym episodes, so the "
+        "first real rounds go where the dream was uncertain)",
+    )
     dreamgym_iterations: int | None = Field(
         72,
         ge=1,

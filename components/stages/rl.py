@@ -258,6 +258,9 @@ def rl_seed(cfg: Config, paths: Paths, algo: str, kind: str, seed: int) -> dict[
         _, used = _resume_point(out_dir, algo_cfg, fingerprint)
         env = CappedEnvList(env_factory(cfg.env, paths.root), budget=cap - used)
         extra = {"real_step_cap": cap, "reference_real_steps": reference}
+        if cfg.rl.s2r_task_prior == "synthetic" and isinstance(source, VarianceTaskSampler):
+            fingerprint["task_prior"] = cfg.rl.s2r_task_prior
+            extra["prior_tasks"] = synthetic_prior(source, synthetic_file(paths, algo), seed)
     else:
         env = env_factory(cfg.env, paths.root)  # a factory: the env list grows as needed
     summary = train_rl(
@@ -309,6 +312,30 @@ def rl_seed(cfg: Config, paths: Paths, algo: str, kind: str, seed: int) -> dict[
         "wall_seconds": round(time.perf_counter() - start, 2),
         "history": [dict(r, seed=seed) for r in history],
     }
+
+
+def synthetic_prior(sampler: Any, synthetic: Path, seed: int, weight: float = 4.0) -> int:
+    """Seed ``sampler`` with each train task's success in seed ``seed``'s DreamGym episodes.
+
+    A task's synthetic record counts as at most ``weight`` real outcomes, so a few real
+    rounds overrule a dream that was wrong. Returns how many tasks got a prior.
+    """
+    if not synthetic.exists():
+        raise FileNotFoundError(f"{synthetic} missing: run `dreamgym train-dreamgym` first")
+    mark = f'"checkpoint":"seed-{seed}/'  # the run's steps carry seed-<s>/round-<i>
+    outcomes: dict[str, list[int]] = {}
+    with synthetic.open(encoding="utf-8") as f:
+        for line in f:
+            if mark in line:
+                row = json.loads(line)
+                outcomes.setdefault(row["task_id"], []).append(int(bool(row["success"])))
+    seeded = 0
+    for task_id, wins in outcomes.items():
+        if task_id in sampler.stats and wins:
+            n = min(float(len(wins)), weight)
+            sampler.stats[task_id] = [n * sum(wins) / len(wins), n]
+            seeded += 1
+    return seeded
 
 
 def _read_rows(path: Path) -> list[dict[str, Any]]:

@@ -49,6 +49,31 @@ def test_episodes_cut_by_the_budget_are_not_trained_on(magic_policy) -> None:
     assert {r.episode for r in flatten(batch.episodes)}.isdisjoint(cut)
 
 
+def test_synthetic_prior_seeds_the_sampler_with_dreamt_success(tmp_path: Path) -> None:
+    from components.curriculum.sampling import VarianceTaskSampler
+    from components.stages.rl import synthetic_prior
+
+    tasks = [magic_task(i) for i in range(3)]
+    sampler = VarianceTaskSampler(tasks, seed=0)
+
+    def row(task_id: str, success: bool, seed: int = 0) -> dict[str, Any]:
+        prov = {"checkpoint": f"seed-{seed}/round-0"}
+        return {"task_id": task_id, "steps": [{"provenance": prov}], "success": success}
+
+    rows = [row("magic-0", True)] * 6 + [row("magic-1", s) for s in (False, True)]
+    rows += [row("gen-x", True), row("magic-2", True, seed=1)]  # generated; another seed
+    synthetic = tmp_path / "dreamgym_grpo.jsonl"  # written compact, as write_jsonl does
+    synthetic.write_text(
+        "".join(json.dumps(r, separators=(",", ":")) + "\n" for r in rows), encoding="utf-8"
+    )
+    assert synthetic_prior(sampler, synthetic, seed=0) == 2  # generated: not in the pool
+    assert sampler.stats["magic-0"] == [4.0, 4.0]  # capped: real rounds overrule a dream
+    assert sampler.stats["magic-1"] == [1.0, 2.0] and sampler.stats["magic-2"] == [0.0, 0.0]
+    assert sampler.weight("magic-1") > sampler.weight("magic-0")  # uncertain: drawn more
+    with pytest.raises(FileNotFoundError, match="train-dreamgym"):
+        synthetic_prior(sampler, tmp_path / "missing.jsonl", seed=0)
+
+
 # ----------------------------------------------------------------------------- stages
 
 
@@ -223,3 +248,29 @@ def test_dreamgym_ppo_ablations_keep_the_buffer_and_the_tasks_real(project) -> N
     assert seed.stats()["rows_synthetic"] == 0 and "iter-0" not in seed.tags()
     history = _history(paths, "dreamgym_ppo")
     assert all(h["curriculum_share_generated"] == 0.0 for h in history)
+
+
+class _PartialScoreEnv(MagicWordEnv):
+    """env.reward = score: every step pays a partial score; only the target word wins."""
+
+    def step(self, action: str) -> tuple[str, Any, bool, bool, dict[str, Any]]:
+        obs, _, terminated, truncated, info = super().step(action)
+        return obs, 0.5, terminated, truncated, info
+
+
+def test_a_partial_score_is_a_reward_but_not_a_win(magic_policy) -> None:
+    from components.agent.evaluate import apply_answer, start_episode
+    from components.agent.rollout import EnvList
+
+    task = magic_task(target="never-said")  # the policy only says WORDS: it never wins
+    batch = collect_rollouts(
+        magic_policy, EnvList([_PartialScoreEnv(max_steps=2)]), [task], max_new_tokens=12
+    )
+    episode = batch.episodes[0]
+    assert episode.reward == 1.0 and not episode.success  # 2 x 0.5 of score, no win
+    trajectory = episode.to_trajectory(source="synthetic", policy="p")
+    assert trajectory is not None and not trajectory.success
+    assert [s.reward for s in trajectory.steps] == [0, 0]  # transitions record wins only
+    live = start_episode(task, 0, _PartialScoreEnv(max_steps=1))
+    record = apply_answer(live, type("A", (), {"action": "please", "malformed": False})())
+    assert record is not None and not record.success
