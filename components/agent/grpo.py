@@ -27,7 +27,7 @@ from collections import defaultdict
 from collections.abc import Hashable, Sequence
 from typing import Any
 
-from components.agent.rl import Reference, attach_reference, flatten, optimize, seed_int
+from components.agent.rl import Learner, attach_reference, flatten
 from components.agent.rollout import RolloutBatch, TrainablePolicy
 from components.config import GRPOConfig
 
@@ -54,15 +54,15 @@ def group_advantages(
     return out
 
 
-class GRPO:
+class GRPO(Learner):
     """The GRPO learner: reference, optimizer and one update per rollout batch."""
+
+    cfg: GRPOConfig
 
     def __init__(self, policy: TrainablePolicy, cfg: GRPOConfig) -> None:
         import torch
 
-        self.policy = policy
-        self.cfg = cfg
-        self.reference = Reference(policy) if cfg.beta != 0.0 else None
+        super().__init__(policy, cfg)
         self.params = list(policy.trainable_parameters())
         self.optimizer = torch.optim.AdamW(
             self.params, lr=cfg.learning_rate, weight_decay=cfg.weight_decay
@@ -86,14 +86,7 @@ class GRPO:
         for r in rows:
             r.advantage = advantages[r.episode]
         attach_reference(self.reference, rows, self.cfg.temperature, self.policy.score_batch_size)
-        stats = optimize(
-            self.policy,
-            self.optimizer,
-            rows,
-            self.cfg,
-            params=self.params,
-            seed=seed_int(self.cfg.seed, "shuffle", iteration),
-        )
+        stats = self.optimize(rows, iteration)
         stats["frac_zero_std_groups"] = _frac_zero_std(eps)
         stats["mean_abs_advantage"] = sum(abs(a) for a in scored) / max(1, len(scored))
         return stats

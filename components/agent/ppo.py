@@ -23,7 +23,7 @@ from collections.abc import Callable, Hashable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from components.agent.policy_model import TokenScores
-from components.agent.rl import Reference, TurnRow, attach_reference, flatten, optimize, seed_int
+from components.agent.rl import Learner, TurnRow, attach_reference, flatten
 from components.agent.rollout import RolloutBatch, TrainablePolicy
 from components.config import PPOConfig
 from components.schema import Task
@@ -76,8 +76,10 @@ def value_head(hidden_size: int) -> torch.nn.Linear:
     return head
 
 
-class PPO:
+class PPO(Learner):
     """The PPO learner: policy + value head, reference, optimizer."""
+
+    cfg: PPOConfig
 
     def __init__(
         self,
@@ -87,10 +89,8 @@ class PPO:
     ) -> None:
         import torch
 
-        self.policy = policy
-        self.cfg = cfg
+        super().__init__(policy, cfg)
         self.group_fn = group_fn
-        self.reference = Reference(policy) if cfg.beta != 0.0 else None
         self.value_head = value_head(policy.hidden_size).to(policy.device)
         policy_params = list(policy.trainable_parameters())
         self.params = policy_params + list(self.value_head.parameters())
@@ -161,16 +161,7 @@ class PPO:
             }
             return loss, stats
 
-        stats = optimize(
-            self.policy,
-            self.optimizer,
-            rows,
-            self.cfg,
-            params=self.params,
-            seed=seed_int(self.cfg.seed, "shuffle", iteration),
-            extra_loss=value_loss,
-            with_hidden=True,
-        )
+        stats = self.optimize(rows, iteration, extra_loss=value_loss, with_hidden=True)
         stats["return_mean"] = sum(r.ret for r in rows) / max(1, len(rows))
         return stats
 

@@ -311,3 +311,28 @@ def attach_reference(
         ref = reference.logprobs([r.act for r in chunk], temperature)
         for r, lp in zip(chunk, ref, strict=True):
             r.ref_logprobs = lp
+
+
+class Learner:
+    """What the GRPO and PPO learners share: the policy and its settings, the frozen KL
+    reference (when ``cfg.beta != 0``), and the optimizer over ``params`` (their own)."""
+
+    params: list[Any]
+    optimizer: Any
+
+    def __init__(self, policy: TrainablePolicy, cfg: Any) -> None:
+        self.policy = policy
+        self.cfg = cfg
+        self.reference = Reference(policy) if cfg.beta != 0.0 else None
+
+    def optimize(self, rows: Sequence[TurnRow], iteration: int, **kwargs: Any) -> dict[str, float]:
+        """``optimize`` over ``rows`` with this learner's optimizer, shuffled per iteration."""
+        return optimize(
+            self.policy,
+            self.optimizer,
+            rows,
+            self.cfg,
+            params=self.params,
+            seed=seed_int(self.cfg.seed, "shuffle", iteration),
+            **kwargs,
+        )
