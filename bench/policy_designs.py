@@ -49,7 +49,7 @@ def main() -> None:
     from components.agent.evaluate import run_episodes
     from components.agent.features import DESIGNS
     from components.agent.loading import Acting, RandomAdmissible, new_scorer
-    from components.agent.scorer_training import accuracy, expert_steps, train_sft
+    from components.agent.scorer_training import accuracy, expert_steps, train_sft_as
     from components.agent.table1 import mode_summary
     from components.config import Paths, load_config
     from components.envs import env_factory
@@ -79,15 +79,7 @@ def main() -> None:
         rows, accs, start = [], [], time.perf_counter()
         for seed in SEEDS:
             policy = new_scorer(dcfg, seed)
-            train_sft(
-                policy,
-                demos,
-                epochs=max(1, round(s.epochs)),
-                learning_rate=s.learning_rate,
-                batch_size=s.batch_size,
-                weight_decay=s.weight_decay,
-                seed=seed,
-            )
+            train_sft_as(policy, demos, s, seed)
             accs.append(accuracy(policy, held_out) if held_out else None)
             torch.manual_seed(seed)
             actor = Acting(policy, e.temperature, e.max_new_tokens)

@@ -155,6 +155,21 @@ def train_sft(
     }
 
 
+def train_sft_as(
+    policy: ScorerPolicy, demos: Sequence[Demonstration], settings: Any, seed: int
+) -> dict[str, Any]:
+    """``train_sft`` with the agent's SFT ``settings`` (agent.sft: epochs rounded, >= 1)."""
+    return train_sft(
+        policy,
+        demos,
+        epochs=max(1, round(settings.epochs)),
+        learning_rate=settings.learning_rate,
+        batch_size=settings.batch_size,
+        weight_decay=settings.weight_decay,
+        seed=seed,
+    )
+
+
 def accuracy(policy: ScorerPolicy, demos: Sequence[Demonstration]) -> float:
     """Share of demonstrations where the policy's best-scored command is the expert's."""
     import torch

@@ -120,19 +120,10 @@ def log_seeds(run: Any, stage: str, results: dict[int, dict[str, Any]], step_key
 def sft_seed(cfg: Config, paths: Paths, seed: int, demos: list, held_out: list) -> dict[str, Any]:
     """Worker: behaviour cloning of the expert for one seed (scoring policy)."""
     from components.agent.loading import new_scorer, save_policy, seed_dir
-    from components.agent.scorer_training import accuracy, train_sft
+    from components.agent.scorer_training import accuracy, train_sft_as
 
-    s = cfg.agent.sft
     policy = new_scorer(cfg, seed)
-    result = train_sft(
-        policy,
-        demos,
-        epochs=max(1, round(s.epochs)),
-        learning_rate=s.learning_rate,
-        batch_size=s.batch_size,
-        weight_decay=s.weight_decay,
-        seed=seed,
-    )
+    result = train_sft_as(policy, demos, cfg.agent.sft, seed)
     result["validation_accuracy"] = accuracy(policy, held_out) if held_out else 0.0
     meta = {"method": SFT, "seed": seed, "policy": "scorer", "real_steps": 0}
     save_policy(policy, seed_dir(policy_dir(paths, SFT), seed), meta)
