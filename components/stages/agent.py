@@ -21,7 +21,7 @@ from typing import Any
 
 from components.config import Config, Paths
 from components.schema import Trajectory, read_jsonl
-from components.stages.common import numbers, write_json
+from components.stages.common import alias_tags, numbers, write_json
 
 log = logging.getLogger("dreamgym")
 
@@ -323,13 +323,9 @@ def evaluate_policy(cfg: Config, paths: Paths, method: str) -> dict[str, Any]:
             tag_model_alias(
                 REGISTERED_MODEL,
                 method,
-                {
-                    "eval.success": round(summary["success"], 4),
-                    "eval.ci_low": round(summary["ci_low"], 4),
-                    "eval.ci_high": round(summary["ci_high"], 4),
-                    "eval.episodes": summary["episodes"],
-                    "eval.run_id": run.run_id,
-                },
+                alias_tags(
+                    "eval", summary, ("success", "ci_low", "ci_high"), "episodes", run.run_id
+                ),
             )
     out = episodes_file(paths, method)
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -19,3 +20,12 @@ def numbers(stats: dict[str, Any]) -> dict[str, Any]:
     return {
         k: v for k, v in stats.items() if isinstance(v, int | float) and not isinstance(v, bool)
     }
+
+
+def alias_tags(
+    prefix: str, stats: Mapping[str, Any], rounded: Sequence[str], count: str, run_id: str
+) -> dict[str, Any]:
+    """Model-registry alias tags ``<prefix>.<key>``: the ``rounded`` stats (4 places), the
+    ``count`` stat, then the MLflow run id."""
+    tags = {f"{prefix}.{k}": round(stats[k], 4) for k in rounded}
+    return tags | {f"{prefix}.{count}": stats[count], f"{prefix}.run_id": run_id}

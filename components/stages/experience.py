@@ -26,12 +26,13 @@ from components.experience.dataset import (
     settings_for,
 )
 from components.schema import Trajectory, read_jsonl
-from components.stages.common import numbers, write_json
+from components.stages.common import alias_tags, numbers, write_json
 
 log = logging.getLogger("dreamgym")
 
 # the fidelity comparison: the pipeline's model ("full") and one ablation switch each
 VARIANTS = ("full", "no_reasoning", "no_history", "no_replay")
+FIDELITY_TAGS = ("eps_R", "state_soft_match", "malformed_rate")  # rounded on the alias
 REGISTERED_MODEL = "experience-model"
 CANDIDATE_ALIAS = "candidate"
 EXPERIENCE_METRICS_DIR = "experience"
@@ -434,14 +435,7 @@ def evaluate_fidelity(cfg: Config, paths: Paths) -> dict[str, Any]:
             version = tag_model_alias(
                 REGISTERED_MODEL,
                 CANDIDATE_ALIAS,
-                {
-                    **held_out,
-                    "fidelity.eps_R": round(full["eps_R"], 4),
-                    "fidelity.state_soft_match": round(full["state_soft_match"], 4),
-                    "fidelity.malformed_rate": round(full["malformed_rate"], 4),
-                    "fidelity.n": full["n"],
-                    "fidelity.run_id": run.run_id,
-                },
+                held_out | alias_tags("fidelity", full, FIDELITY_TAGS, "n", run.run_id),
             )
     write_json(paths.metrics / FIDELITY_METRICS, {v: numbers(m) for v, m in table.items()})
     for variant, m in table.items():
