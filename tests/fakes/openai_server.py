@@ -145,15 +145,23 @@ class _Handler(BaseHTTPRequestHandler):
         """Silence the default stderr access log (it must never show headers)."""
 
     def _send(
-        self, code: int, payload: bytes, ctype: str = "application/json", **hdrs: str
+        self,
+        code: int,
+        payload: bytes,
+        ctype: str = "application/json",
+        *,
+        upto: int | None = None,
+        **hdrs: str,
     ) -> None:
+        """Send ``payload`` (only its first ``upto`` bytes, if given: Content-Length still
+        promises the whole)."""
         self.send_response(code)
         self.send_header("Content-Type", ctype)
         self.send_header("Content-Length", str(len(payload)))
         for k, v in hdrs.items():
             self.send_header(k.replace("_", "-"), v)
         self.end_headers()
-        self.wfile.write(payload)
+        self.wfile.write(payload[:upto])
         self.wfile.flush()
 
     def _json(self, code: int, obj: Any, **hdrs: str) -> None:
@@ -232,12 +240,7 @@ class _Handler(BaseHTTPRequestHandler):
             self._json(200, self._completion(body, st.answer_fn(body), fault))
         elif fault == TRUNCATED:
             payload = json.dumps(self._completion(body, st.answer_fn(body), fault)).encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(payload)))
-            self.end_headers()
-            self.wfile.write(payload[: len(payload) // 2])
-            self.wfile.flush()
+            self._send(200, payload, upto=len(payload) // 2)
             self.close_connection = True
         elif fault == TRUNCATED_JSON:
             payload = json.dumps(self._completion(body, st.answer_fn(body), fault)).encode()
@@ -248,12 +251,7 @@ class _Handler(BaseHTTPRequestHandler):
             self._json(429, err)
         elif fault == SLOW_BODY:
             payload = json.dumps(self._completion(body, st.answer_fn(body), fault)).encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(payload)))
-            self.end_headers()
-            self.wfile.write(payload[: len(payload) // 2])
-            self.wfile.flush()
+            self._send(200, payload, upto=len(payload) // 2)
             if st.stop.wait(st.delay_s):
                 return
             self.wfile.write(payload[len(payload) // 2 :])
