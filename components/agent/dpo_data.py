@@ -31,6 +31,7 @@ from typing import Any
 
 from components.agent.policy import PolicySettings, render_prompt
 from components.agent.sft_data import TRAIN_SPLIT, answer_for, observation_at, state_core
+from components.experience.format import ChatPrompt, assistant_turn
 from components.schema import Trajectory, stable_id
 
 INVALID = "invalid"
@@ -63,7 +64,7 @@ class _Key:
 
 
 @dataclass(frozen=True)
-class PreferencePair:
+class PreferencePair(ChatPrompt):
     """One DPO example: the same prompt, a preferred and a rejected answer."""
 
     id: str
@@ -75,16 +76,12 @@ class PreferencePair:
     rejected: str
     reason: str  # why the rejected action is worse (one of REASONS)
 
-    def prompt(self) -> list[dict[str, str]]:
-        """The prompt messages as a fresh list."""
-        return [dict(m) for m in self.messages]
-
     def to_dpo(self) -> dict[str, Any]:
         """The conversational prompt/chosen/rejected record TRL's DPOTrainer trains on."""
         return {
             "prompt": self.prompt(),
-            "chosen": [{"role": "assistant", "content": self.chosen}],
-            "rejected": [{"role": "assistant", "content": self.rejected}],
+            "chosen": assistant_turn(self.chosen),
+            "rejected": assistant_turn(self.rejected),
         }
 
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 import random
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from components.agent.policy import (
     FEEDBACK_PREFIX,
@@ -26,6 +25,7 @@ from components.agent.policy import (
     render_answer,
     render_prompt,
 )
+from components.experience.format import ChatExample
 from components.schema import Trajectory, Transition
 
 TRAIN_SPLIT = "train"
@@ -64,7 +64,7 @@ def answer_for(action: str, admissible: Sequence[str] | None, settings: PolicySe
 
 
 @dataclass(frozen=True)
-class PolicyExample:
+class PolicyExample(ChatExample):
     """One (prompt, answer) pair of the SFT baseline."""
 
     id: str  # the transition id
@@ -74,17 +74,6 @@ class PolicyExample:
     policy: str  # the collecting policy of the trajectory
     messages: tuple[dict[str, str], ...]  # system + user
     answer: str  # kept whole or dropped by components.experience.sft.fit_length, never cut
-
-    def prompt(self) -> list[dict[str, str]]:
-        """The prompt messages as a fresh list (for generation)."""
-        return [dict(m) for m in self.messages]
-
-    def to_sft(self) -> dict[str, Any]:
-        """The conversational prompt/completion record TRL trains on (completion-only loss)."""
-        return {
-            "prompt": self.prompt(),
-            "completion": [{"role": "assistant", "content": self.answer}],
-        }
 
 
 def cloned_trajectories(

@@ -19,6 +19,7 @@ from typing import Any
 from components.experience.format import (
     STATE_FULL,
     SYSTEM_PROMPT,
+    ChatExample,
     StepContext,
     history_pairs,
     render_answer,
@@ -51,7 +52,7 @@ class PromptSettings:
 
 
 @dataclass(frozen=True)
-class ExperienceExample:
+class ExperienceExample(ChatExample):
     """One (prompt, answer) pair with the ground truth needed to score predictions."""
 
     id: str
@@ -85,17 +86,6 @@ class ExperienceExample:
             retrieved_episodes=self.retrieved_episodes[:n],
             context=ctx,
         )
-
-    def prompt(self) -> list[dict[str, str]]:
-        """The prompt messages as a fresh list (for generation)."""
-        return [dict(m) for m in self.messages]
-
-    def to_sft(self) -> dict[str, Any]:
-        """The conversational prompt/completion record TRL trains on (completion-only loss)."""
-        return {
-            "prompt": self.prompt(),
-            "completion": [{"role": "assistant", "content": self.answer}],
-        }
 
 
 def buffer_retriever(buffer: Any, env: str | None = None) -> Retriever:

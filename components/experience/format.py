@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from components.schema import Transition
 
@@ -192,6 +193,31 @@ def parse_answer(
         raise MalformedOutputError("empty <think>")
     next_state = decode_state(state, body, state_target)
     return Prediction(reasoning=reasoning, next_state=next_state, reward=int(reward_text))
+
+
+def assistant_turn(text: str) -> list[dict[str, str]]:
+    """``text`` as the one assistant message of a chat record."""
+    return [{"role": "assistant", "content": text}]
+
+
+class ChatPrompt:
+    """A chat-format training record's prompt: ``messages`` (system + user)."""
+
+    messages: tuple[dict[str, str], ...]
+
+    def prompt(self) -> list[dict[str, str]]:
+        """The prompt messages as a fresh list (for generation)."""
+        return [dict(m) for m in self.messages]
+
+
+class ChatExample(ChatPrompt):
+    """A chat-format SFT example: the prompt ``messages`` answered by ``answer``."""
+
+    answer: str
+
+    def to_sft(self) -> dict[str, Any]:
+        """The conversational prompt/completion record TRL trains on (completion-only loss)."""
+        return {"prompt": self.prompt(), "completion": assistant_turn(self.answer)}
 
 
 def diagnose_tags(text: str, tags: Sequence[str], with_reasoning: bool) -> str:

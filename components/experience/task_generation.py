@@ -21,9 +21,9 @@ import re
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal
 
-from components.experience.format import MalformedOutputError
+from components.experience.format import ChatExample, MalformedOutputError
 from components.schema import Task, Trajectory, stable_id
 
 Messages = list[dict[str, str]]
@@ -100,24 +100,13 @@ def parse_state(text: str) -> str:
 
 
 @dataclass(frozen=True)
-class TaskGenExample:
+class TaskGenExample(ChatExample):
     """One task-generation SFT record (same shape as the experience model's examples)."""
 
     id: str
     kind: Kind
     messages: tuple[dict[str, str], ...]
     answer: str
-
-    def prompt(self) -> Messages:
-        """The prompt messages as a fresh list."""
-        return [dict(m) for m in self.messages]
-
-    def to_sft(self) -> dict[str, Any]:
-        """Conversational prompt/completion record (TRL: loss on the completion only)."""
-        return {
-            "prompt": self.prompt(),
-            "completion": [{"role": "assistant", "content": self.answer}],
-        }
 
 
 def task_generation_examples(
