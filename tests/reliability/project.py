@@ -20,7 +20,7 @@ from typing import Any
 
 import yaml
 
-from components.config import Config, Paths, load_config
+from components.config import Config, Paths, _deep_merge, load_config
 from components.schema import Task, Trajectory, write_jsonl
 from tests.factories import make_trajectory
 
@@ -62,21 +62,13 @@ def make_trajectories(n: int, steps: int = 4, start: int = 0) -> list[Trajectory
     return out
 
 
-def _merge(base: dict[str, Any], overlay: Mapping[str, Any]) -> dict[str, Any]:
-    out = dict(base)
-    for key, value in overlay.items():
-        if isinstance(value, Mapping) and isinstance(out.get(key), dict):
-            out[key] = _merge(out[key], value)
-        else:
-            out[key] = value
-    return out
-
-
 def write_params(root: Path, overrides: Mapping[str, Any] | None = None) -> Path:
     """The repository's params.yaml on the ci profile, ``overrides`` merged into its overlay."""
     params = yaml.safe_load((ROOT / "params.yaml").read_text())
     params["profile"] = "ci"
-    params["profiles"]["ci"] = _merge(params["profiles"].get("ci") or {}, overrides or {})
+    params["profiles"]["ci"] = _deep_merge(
+        params["profiles"].get("ci") or {}, dict(overrides or {})
+    )
     path = root / "params.yaml"
     path.write_text(yaml.safe_dump(params, sort_keys=False))
     return path
