@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from components.schema import Provenance, Source, Transition, stable_id
+from tests.factories import make_step
 
 # Distinct "games": each has its own rooms, objects and goal, like generated TextWorld games.
 GAMES = [
@@ -46,20 +47,18 @@ def make_transition(
 ) -> Transition:
     """One valid transition of ``episode`` in ``game`` (``note`` varies the state text)."""
     episode_id = stable_id(env, game, episode, source, iteration)
-    return Transition(
-        id=Transition.make_id(episode_id, step),
+    return make_step(
+        episode_id,
+        step,
+        tw_state(game, step) + (f"\nA note on the wall reads: {note}" if note else ""),
+        tw_action(game, step),
+        tw_state(game, step + 1),
         task_id=f"{env}-game-{game}",
-        env=env,
-        episode_id=episode_id,
-        step_index=step,
         instruction=GAMES[game][4],
-        state=tw_state(game, step) + (f"\nA note on the wall reads: {note}" if note else ""),
-        action=tw_action(game, step),
-        next_state=tw_state(game, step + 1),
+        env=env,
         reward=int(step == 4),
         done=step == 4,
         admissible_actions=["look", f"go to {GAMES[game][3]}"],
-        valid_action=True,
         source=source,
         provenance=Provenance(
             policy=policy if source == "real" else "agent",

@@ -22,7 +22,7 @@ from components.experience.dataset import (
 from components.experience.synthetic_env import RealStateIndex
 from components.lm.decoding import torch_threads
 from components.schema import Provenance, Task, Trajectory, Transition, stable_id
-from tests.factories import make_task, make_trajectory
+from tests.factories import make_step, make_task, make_trajectory
 
 INSTRUCTION = "Find the key and open the chest."
 INVALID_ACTION = "dance wildly"
@@ -177,19 +177,13 @@ def answer_for(state: str, reward: int = 0) -> str:
 def synthetic_transition(i: int, iteration: int) -> Transition:
     """A synthetic transition record (for buffer tests)."""
     episode = stable_id("synthetic-test", iteration, i)
-    return Transition(
-        id=Transition.make_id(episode, 0),
-        task_id="tw-quest-0",
-        env="textworld",
-        episode_id=episode,
-        step_index=0,
+    return make_step(
+        episode,
+        0,
+        "Location: Attic\nA dusty attic.\nInventory: nothing\nFeedback: ok",
+        "open trunk",
+        "Location: Attic\nAn open trunk.\nInventory: nothing\nFeedback: opened",
         instruction=INSTRUCTION,
-        state="Location: Attic\nA dusty attic.\nInventory: nothing\nFeedback: ok",
-        action="open trunk",
-        next_state="Location: Attic\nAn open trunk.\nInventory: nothing\nFeedback: opened",
-        reward=0,
-        done=False,
-        valid_action=True,
         source="synthetic",
         provenance=Provenance(policy="grpo", iteration=iteration, checkpoint="ckpt"),
     )
