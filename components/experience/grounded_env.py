@@ -25,7 +25,6 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
-from components.envs.base import ADMISSIBLE, FEEDBACK, LOST, VALID, WON
 from components.experience.grounded import (
     EDIT,
     MAP,
@@ -38,14 +37,12 @@ from components.experience.grounded import (
     split_cached,
 )
 from components.experience.synthetic_episodes import (
-    MALFORMED,
-    REASONING,
-    SYNTHETIC,
     EpisodeRecord,
     EpisodeSlots,
     StepOutput,
     episode_transition,
     feedback_of,
+    step_info,
 )
 from components.memory import EpisodeMemory
 from components.schema import Provenance, Task, Transition
@@ -212,17 +209,16 @@ class GroundedVectorEnv(EpisodeSlots[_Slot]):
         evidence: str | None = None,
         lost: bool = False,
     ) -> dict[str, Any]:
-        return {
-            ADMISSIBLE: None if slot.finished else list(slot.admissible),
-            VALID: valid,
-            WON: slot.success,
-            LOST: lost,
-            FEEDBACK: _feedback_of(slot.state),
-            REASONING: reasoning,
-            MALFORMED: False,
-            SYNTHETIC: True,
-            EVIDENCE: evidence,
-        }
+        return step_info(
+            None if slot.finished else list(slot.admissible),
+            valid=valid,
+            won=slot.success,
+            lost=lost,
+            feedback=_feedback_of(slot.state),
+            reasoning=reasoning,
+            malformed=False,
+            **{EVIDENCE: evidence},
+        )
 
     def metrics(self, reset: bool = False) -> dict[str, float]:
         """Steps, steps/s, evidence counts, admissible fallbacks, successes and losses."""

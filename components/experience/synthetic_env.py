@@ -71,7 +71,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from components.config import Config, SyntheticEnvConfig
-from components.envs.base import ADMISSIBLE, FEEDBACK, LOST, VALID, WON
 from components.experience.dataset import PromptSettings, Retriever
 from components.experience.format import Prediction, parse_answer
 
@@ -102,6 +101,7 @@ from components.experience.synthetic_episodes import (  # noqa: F401
     episode_transition,
     feedback_of,
     stamp_trajectory,
+    step_info,
     world_key,
 )
 from components.schema import Provenance, Task, Transition
@@ -375,17 +375,16 @@ class VectorSyntheticEnv(EpisodeSlots[_Episode]):
         malformed: bool = False,
         resampled: bool = False,
     ) -> dict[str, Any]:
-        return {
-            ADMISSIBLE: None if ep.finished else ep.admissible,
-            VALID: valid,
-            WON: ep.success,
-            LOST: False,  # the experience model predicts success only, never a dead end
-            FEEDBACK: feedback_of(ep.state),
-            REASONING: reasoning,
-            MALFORMED: malformed,
-            RESAMPLED: resampled,
-            SYNTHETIC: True,
-        }
+        return step_info(
+            None if ep.finished else ep.admissible,
+            valid=valid,
+            won=ep.success,
+            lost=False,  # the experience model predicts success only, never a dead end
+            feedback=feedback_of(ep.state),
+            reasoning=reasoning,
+            malformed=malformed,
+            **{RESAMPLED: resampled},
+        )
 
     # ------------------------------------------------------------------ outputs
 

@@ -14,6 +14,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Generic, NamedTuple, TypeVar
 
+from components.envs.base import ADMISSIBLE, FEEDBACK, LOST, VALID, WON
 from components.schema import Provenance, Task, Trajectory, Transition, stable_id
 
 # extra info keys of the synthetic env (the shared ones live in components/envs/base.py)
@@ -24,6 +25,31 @@ SYNTHETIC = "synthetic"  # bool: always True here (real envs never set it)
 
 FEEDBACK_PREFIX = "Feedback:"  # the last line of a TextWorld abstract state
 _WS = re.compile(r"\s+")
+
+
+def step_info(
+    admissible: list[str] | None,
+    *,
+    valid: bool,
+    won: bool,
+    lost: bool,
+    feedback: str,
+    reasoning: str | None,
+    malformed: bool,
+    **extra: Any,
+) -> dict[str, Any]:
+    """The info of a synthetic env's step: the shared keys, ``synthetic`` and ``extra``."""
+    return {
+        ADMISSIBLE: admissible,
+        VALID: valid,
+        WON: won,
+        LOST: lost,
+        FEEDBACK: feedback,
+        REASONING: reasoning,
+        MALFORMED: malformed,
+        SYNTHETIC: True,
+        **extra,
+    }
 
 
 class StepOutput(NamedTuple):
