@@ -18,7 +18,7 @@ export PREFECT_SERVER_ANALYTICS_ENABLED := false
 export TOKENIZERS_PARALLELISM := false
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: setup system-deps run summary test lint format bench ui prefect-ui clean help
+.PHONY: setup system-deps run summary exps test lint format bench ui prefect-ui clean help
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -69,14 +69,22 @@ run: setup  ## run the whole pipeline on the active profile (default cpu): dvc r
 	$(BIN)/dvc repro
 	@$(MAKE) --no-print-directory summary
 
-# A one-screen headline; every figure stays in metrics/ (`dvc metrics show` prints all).
+# A one-screen headline; every figure stays in metrics/ (`dvc metrics show` prints the
+# headline, metrics/headline.json; `dvc metrics show metrics/<file>` prints any other file).
 SUMMARY_PY := import json; f = json.load(open("metrics/fidelity.json"))["full"]; \
 	print("Experience model on held-out transitions: reward accuracy %.3f (majority class %.3f), success F1 %.3f, state match %.3f (nothing changes %.3f)" \
 	% (f["reward_accuracy"], f["majority_baseline_reward_accuracy"], f["success_f1"], f["state_soft_match"], f["copy_baseline_state_token_f1"]))
 summary:  ## print the run's headline: Table 1 and the experience model's fidelity
 	@cat metrics/table1.md; echo
 	@$(BIN)/python -c '$(SUMMARY_PY)'
-	@echo "All metrics: dvc metrics show | report: reports/report.md | runs: make ui (MLflow at http://127.0.0.1:5000)"
+	@echo "Headline: dvc metrics show | every figure: metrics/ and reports/report.md | experiments: make exps | runs: make ui (MLflow at http://127.0.0.1:5000)"
+
+# dvc exp show has no setting for its default columns and shows every key of params.yaml and
+# every dependency's hash (~500 columns): keep the headline metrics and the changed params
+EXPS_DROP := ^(data|models|metrics|components|reports)/
+EXPS_KEEP := ^(success|fidelity)\.|^train_minutes$$
+exps:  ## compare DVC experiments: headline metrics and the params that differ (dvc exp show)
+	$(BIN)/dvc exp show --only-changed --drop '$(EXPS_DROP)' --keep '$(EXPS_KEEP)' $(EXPS_ARGS)
 
 lint: setup  ## ruff lint + format check
 	$(BIN)/ruff check .

@@ -1,0 +1,79 @@
+"""The run's one-screen headline: ``metrics/headline.json``, the only file DVC shows as metrics.
+
+Table 1 success per method (the sampled headline), the experience model's fidelity beside
+its trivial baselines, and the training run time. Every other figure stays in its own
+file under ``metrics/`` (``dvc metrics show metrics/<file>`` prints one), so
+``dvc metrics show`` and ``dvc exp show`` stay short. Only copies and rounds numbers
+that other stages computed; a missing input leaves its keys out (never invented).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+HEADLINE_FILE = "headline.json"
+# headline key -> key of metrics/fidelity.json["full"] (the pipeline's experience model)
+FIDELITY_KEYS = {
+    "reward_acc": "reward_accuracy",
+    "reward_acc_majority": "majority_baseline_reward_accuracy",
+    "success_f1": "success_f1",
+    "state_f1": "state_token_f1",
+    "state_f1_nochange": "copy_baseline_state_token_f1",
+}
+
+
+def _read(path: Path) -> dict[str, Any]:
+    """A JSON object, or {} when the file is missing or unreadable."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _number(value: Any) -> float | None:
+    """``value`` if it is a real number (bools and strings are not)."""
+    ok = isinstance(value, int | float) and not isinstance(value, bool)
+    return float(value) if ok else None
+
+
+def _success(table: dict[str, Any], env: str | None) -> dict[str, float]:
+    """Sampled success per method of one env of Table 1 (its first env when None)."""
+    envs = [k for k in table if not k.startswith("_") and isinstance(table[k], dict)]
+    name = env if env in envs else (envs[0] if envs else None)
+    rows = table.get(name, {}) if name else {}
+    out = {}
+    for method, row in rows.items():
+        value = _number(row.get("success")) if isinstance(row, dict) else None
+        if value is not None:
+            out[method] = round(value, 4)
+    return out
+
+
+def _train_minutes(agent_dir: Path) -> float | None:
+    """Wall minutes of every method's training stage together (metrics/agent/*.json)."""
+    seconds = [_number(_read(p).get("wall_seconds")) for p in sorted(agent_dir.glob("*.json"))]
+    known = [s for s in seconds if s is not None]
+    return round(sum(known) / 60.0, 1) if known else None
+
+
+def build_headline(metrics_dir: Path, env: str | None = None) -> dict[str, Any]:
+    """The headline dict from metrics/table1.json, fidelity.json and agent/*.json."""
+    headline: dict[str, Any] = {}
+    success = _success(_read(metrics_dir / "table1.json"), env)
+    if success:
+        headline["success"] = success
+    full = _read(metrics_dir / "fidelity.json").get("full")
+    fidelity = {}
+    for key, source in FIDELITY_KEYS.items():
+        value = _number(full.get(source)) if isinstance(full, dict) else None
+        if value is not None:
+            fidelity[key] = round(value, 4)
+    if fidelity:
+        headline["fidelity"] = fidelity
+    minutes = _train_minutes(metrics_dir / "agent")
+    if minutes is not None:
+        headline["train_minutes"] = minutes
+    return headline
