@@ -99,11 +99,8 @@ class GroundedVectorEnv(EpisodeSlots[_Slot]):
         self, tasks: Sequence[Task], seed: int | None = None
     ) -> list[tuple[str, dict[str, Any]]]:
         """Start one episode per task (repeat a task for a group)."""
-        if not tasks:
-            raise ValueError("reset needs at least one task")
-        self._seed = seed
+        self._new_batch(tasks, seed)
         self._slots = []
-        self._archive = []
         out = []
         for task in tasks:
             slot = self._start(task)

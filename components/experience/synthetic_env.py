@@ -195,10 +195,7 @@ class VectorSyntheticEnv(EpisodeSlots[_Episode]):
         self, tasks: Sequence[Task], seed: int | None = None
     ) -> list[tuple[str, dict[str, Any]]]:
         """Start one episode per task (repeat a task for a group); returns (obs, info) each."""
-        if not tasks:
-            raise ValueError("reset needs at least one task")
-        self._seed = seed
-        self._archive = []
+        self._new_batch(tasks, seed)
         states = self._initial_states(tasks)
         self._slots = []
         out = [self._start(task, state) for task, state in zip(tasks, states, strict=True)]

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, NamedTuple, TypeVar
 
@@ -218,6 +218,13 @@ class EpisodeSlots(Generic[E]):
         self._started = 0  # episodes started by this env (part of every episode key)
         self._seed: int | None = None
         self._counts: Counter[str] = Counter()
+
+    def _new_batch(self, tasks: Sequence[Task], seed: int | None) -> None:
+        """The start of ``reset``: a batch needs tasks; the last batch's archive goes."""
+        if not tasks:
+            raise ValueError("reset needs at least one task")
+        self._seed = seed
+        self._archive = []
 
     def _episode_key(self, task: Task) -> str:
         """The internal id of a new episode of ``task`` (counted as started)."""
