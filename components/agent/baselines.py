@@ -93,16 +93,7 @@ def load_base_policy(
     """
     from components.lm.models import load_base
 
-    return load_base(
-        acfg.model,
-        lambda: texts,
-        vocab_size=acfg.vocab_size,
-        tiny_preset=acfg.tiny_preset,
-        max_length=acfg.max_length,
-        seed=acfg.seed,
-        base_cache=base_cache,
-        tokenizer_dir=tokenizer_dir,
-    )
+    return load_base(acfg, lambda: texts, base_cache=base_cache, tokenizer_dir=tokenizer_dir)
 
 
 def train_sft_policy(

@@ -173,22 +173,21 @@ def load_pretrained_dir(path: Path) -> tuple[PreTrainedModel, PreTrainedTokenize
 
 
 def load_base(
-    name: str,
+    spec: Any,
     texts: Callable[[], Iterable[str]],
     *,
-    vocab_size: int,
-    tiny_preset: str,
-    max_length: int,
-    seed: int,
     base_cache: Path,
     tokenizer_dir: Path,
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
-    """The base model + tokenizer named ``name`` (``tiny``, ``smollm2`` or a hub name).
+    """The base model + tokenizer named ``spec.model`` (``tiny``, ``smollm2`` or a hub name).
 
-    ``tiny`` trains its tokenizer on ``texts()`` (called only then; train split only) and
-    keeps it in ``tokenizer_dir`` (next to the checkpoints: a resumed run needs the same
-    vocabulary), then builds the model from scratch with ``seed``.
+    ``spec`` is the experience or agent config (model, vocab_size, tiny_preset,
+    max_length, seed). ``tiny`` trains its tokenizer on ``texts()`` (called only then;
+    train split only) and keeps it in ``tokenizer_dir`` (next to the checkpoints: a
+    resumed run needs the same vocabulary), then builds the model from scratch with
+    ``spec.seed``.
     """
+    name = spec.model
     if name == SMOLLM2:
         return load_smollm2(base_cache / SMOLLM2_CACHE_NAME)
     if name != TINY:
@@ -200,10 +199,10 @@ def load_base(
     if (tokenizer_dir / "tokenizer.json").exists():
         tokenizer = AutoTokenizer.from_pretrained(str(tokenizer_dir))
     else:
-        tokenizer = train_tokenizer(texts(), vocab_size)
+        tokenizer = train_tokenizer(texts(), spec.vocab_size)
         save_tokenizer(tokenizer, tokenizer_dir)
     model = build_tiny_model(
-        tiny_preset, tokenizer, max_position_embeddings=2 * max_length, seed=seed
+        spec.tiny_preset, tokenizer, max_position_embeddings=2 * spec.max_length, seed=spec.seed
     )
     return model, tokenizer
 

@@ -137,14 +137,7 @@ def load_base_model(
     from components.lm.models import load_base
 
     return load_base(
-        ecfg.model,
-        lambda: corpus(train),
-        vocab_size=ecfg.vocab_size,
-        tiny_preset=ecfg.tiny_preset,
-        max_length=ecfg.max_length,
-        seed=ecfg.seed,
-        base_cache=base_cache,
-        tokenizer_dir=tokenizer_dir,
+        ecfg, lambda: corpus(train), base_cache=base_cache, tokenizer_dir=tokenizer_dir
     )
 
 
