@@ -55,7 +55,13 @@ _QUIET_ENV = {
     "GX_ANALYTICS_ENABLED": "false",
     "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
     "TOKENIZERS_PARALLELISM": "false",
+    # third-party log noise off by default (set the variable to bring it back)
+    "MLFLOW_LOGGING_LEVEL": "WARNING",  # "Creating/Updating database tables" per stage
+    "LANCEDB_LOG": "error",  # lance's Rust logger: WARN lines per IVF partition
 }
+# Python loggers of libraries that log at INFO by default (Great Expectations: ~200 lines
+# per ingest); their level is DREAMGYM_LIB_LOG_LEVEL (default WARNING)
+_NOISY_LOGGERS = ("great_expectations", "evidently", "httpx", "urllib3", "textworld")
 
 
 # Exit codes of the known failures (anything else is a bug and keeps its traceback).
@@ -130,6 +136,22 @@ def _errors() -> Iterator[None]:
         raise typer.Exit(code) from None
 
 
+def _quiet_libraries(level: str) -> None:
+    """Records of ``_NOISY_LOGGERS`` below ``level`` are dropped by the root handlers."""
+    threshold = logging.getLevelName(level.upper())
+    if not isinstance(threshold, int):
+        return  # an unknown level name: leave the libraries as they are
+
+    def keep(record: logging.LogRecord) -> bool:
+        noisy = record.name.split(".", 1)[0] in _NOISY_LOGGERS
+        return not noisy or record.levelno >= threshold
+
+    # a filter on the handlers, not logger levels: GX sets INFO on some module loggers
+    for handler in logging.getLogger().handlers:
+        if not any(getattr(f, "__name__", "") == keep.__name__ for f in handler.filters):
+            handler.addFilter(keep)
+
+
 def _setup(params: Path, profile: str | None, root: Path) -> tuple[Config, Paths]:
     for key, value in _QUIET_ENV.items():
         os.environ.setdefault(key, value)
@@ -138,6 +160,7 @@ def _setup(params: Path, profile: str | None, root: Path) -> tuple[Config, Paths
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         datefmt="%H:%M:%S",
     )
+    _quiet_libraries(os.environ.get("DREAMGYM_LIB_LOG_LEVEL", "WARNING"))
     with _errors():
         cfg = load_config(params, profile)
     return cfg, Paths(root.resolve())
