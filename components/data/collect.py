@@ -33,8 +33,9 @@ from components.data.policies import POLICIES, ExpertEnv, behaviour_key, make_po
 from components.envs.base import ADMISSIBLE, VALID, EnvError, step_won
 from components.envs.textworld_env import story_file_problem
 from components.envs.textworld_tasks import exit_with_parent
+from components.episodes import task_trajectory, task_transition
 from components.io import atomic_write_bytes, remove_stale_temps
-from components.schema import Provenance, Task, Trajectory, Transition, stable_id
+from components.schema import Provenance, Task, Trajectory, stable_id
 
 log = logging.getLogger(__name__)
 
@@ -115,16 +116,13 @@ def run_episode(
         next_obs, reward, terminated, truncated, next_info = env.step(action)
         i = len(steps)
         steps.append(
-            Transition(
-                id=Transition.make_id(plan.episode_id, i),
-                task_id=task.task_id,
-                env=task.env,
-                episode_id=plan.episode_id,
-                step_index=i,
-                instruction=task.instruction,
-                state=obs,
-                action=action,
-                next_state=next_obs,
+            task_transition(
+                task,
+                plan.episode_id,
+                i,
+                obs,
+                action,
+                next_obs,
                 reward=int(step_won(next_info, reward)),  # a win, not a partial score
                 done=terminated or truncated,
                 admissible_actions=list(info.get(ADMISSIBLE) or []),
@@ -134,18 +132,7 @@ def run_episode(
             )
         )
         obs, info = next_obs, next_info
-    return Trajectory(
-        episode_id=plan.episode_id,
-        task_id=task.task_id,
-        env=task.env,
-        split=task.split,
-        source=SOURCE,
-        policy=plan.policy,
-        initial_state=initial,
-        steps=steps,
-        success=bool(steps[-1].reward),
-        truncated=truncated and not terminated,
-    )
+    return task_trajectory(task, steps, initial, truncated=truncated and not terminated)
 
 
 # -- per-game work (runs in a worker process, or inline with one worker) -------------------
