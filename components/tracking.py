@@ -13,6 +13,7 @@ import hashlib
 import json
 import os
 import subprocess
+import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -24,6 +25,8 @@ PARENT_RUN_ENV = "DREAMGYM_PARENT_RUN_ID"
 EXPERIMENT_PREFIX = "dreamgym"
 _SECRET_MARKERS = ("api_key", "apikey", "token", "secret", "password", "authorization")
 REDACTED = "***"
+DATASET_SAMPLE_ROWS = 100  # rows of a logged dataset kept in MLflow (its schema and profile)
+DATASET_DIGEST_MAX_BYTES = 64 << 20  # larger datasets are not hashed (the DVC lock has them)
 
 
 def tracking_uri(root: Path) -> str:
@@ -172,12 +175,82 @@ class StageRun:
         ) as run:
             yield StageRun(run.info.run_id, self.root)
 
+    def log_dataset(
+        self,
+        path: Path,
+        name: str,
+        context: str,
+        sample: Path | None = None,
+        rows: int = DATASET_SAMPLE_ROWS,
+    ) -> None:
+        """Log ``path`` as an MLflow dataset input: its first ``rows`` rows, not the file.
+
+        ``sample``: the JSONL/Parquet file the rows come from (default ``path``; a folder
+        without it logs no rows). The digest is the md5 DVC records for ``path`` when it
+        is at most ``DATASET_DIGEST_MAX_BYTES`` (larger ones: MLflow's digest of the rows).
+        """
+        import mlflow
+
+        size = _size(path)
+        df = _sample_frame(sample or path, rows)
+        digest = dvc_md5(path) if 0 < size <= DATASET_DIGEST_MAX_BYTES else None
+        try:
+            source = path.resolve().relative_to(self.root.resolve()).as_posix()
+        except ValueError:
+            source = str(path)
+        # MLflow warns about an ambiguous local source and integer columns: both harmless
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)
+            dataset = mlflow.data.from_pandas(df, source=source, name=name, digest=digest)
+        tags = {"bytes": str(size), "sample_rows": str(len(df))}
+        mlflow.log_input(dataset, context=context, tags=tags)
+
     def log_history(self, rows: Sequence[Mapping[str, Any]], step_key: str) -> None:
         """Per-step curves: every numeric field of each row at step ``row[step_key]``."""
         for i, row in enumerate(rows):
             self.log_metrics(
                 {k: v for k, v in row.items() if k != step_key}, step=int(row.get(step_key, i + 1))
             )
+
+
+def _size(path: Path) -> int:
+    """Bytes of a file or of every file under a folder (0 if missing)."""
+    if path.is_file():
+        return path.stat().st_size
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file()) if path.is_dir() else 0
+
+
+def _cell(value: Any) -> Any:
+    """A table cell: scalars as they are, a list by its length, a mapping as JSON."""
+    if isinstance(value, list | tuple):
+        return len(value)
+    if isinstance(value, Mapping):
+        return json.dumps(value, sort_keys=True, default=str)[:200]
+    return value
+
+
+def _sample_frame(path: Path, rows: int) -> Any:
+    """The first ``rows`` rows of a JSONL or Parquet file as a DataFrame (else empty)."""
+    import pandas as pd
+
+    if path.is_file() and path.suffix == ".parquet":
+        import pyarrow.parquet as pq
+
+        batch = next(pq.ParquetFile(path).iter_batches(batch_size=max(rows, 1)), None)
+        return batch.to_pandas().head(rows) if batch is not None else pd.DataFrame()
+    records: list[dict[str, Any]] = []
+    if path.is_file():
+        with path.open(encoding="utf-8", errors="replace") as f:
+            for line in f:
+                if len(records) >= rows:
+                    break
+                try:
+                    row = json.loads(line) if line.strip() else None
+                except ValueError:
+                    continue
+                if isinstance(row, dict):
+                    records.append({k: _cell(v) for k, v in row.items()})
+    return pd.DataFrame.from_records(records)
 
 
 def configure(root: Path) -> None:
