@@ -25,6 +25,7 @@ Three decoding paths, one result:
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any, Literal
 
 # the backend-neutral types (completion.py) and the token-level decoding (decoding.py) live
@@ -69,6 +70,19 @@ DecodePath = Literal["fast", "static", "reference"]
 SMALL_MODEL_PARAMS = 50_000_000
 WIDTH_BUCKET = 64  # static path: prompt widths rounded up to this (fewer compiled shapes)
 CACHE_BUCKET = 256  # static path: KV-cache length rounded up to this
+
+
+@dataclass(frozen=True)
+class _Decoding:
+    """One ``complete_ids`` call's settings, as each decode path receives them."""
+
+    max_new_tokens: int
+    temperature: float
+    top_p: float
+    stop: tuple[str, ...]
+    batch_size: int
+    rng: Any  # a torch.Generator (fast path, seeded) or None
+    logprobs: bool
 
 
 class Generator(CompletionBackend):
@@ -160,22 +174,14 @@ class Generator(CompletionBackend):
         decode = {"fast": self._fast_batch, "static": self._static_batch}.get(
             self.path, self._reference_batch
         )
+        d = _Decoding(max_new_tokens, temperature, top_p, stop, batch_size, rng, logprobs)
         was_training = self.model.training
         self.model.eval()
         try:
             with torch_threads(self.threads), torch.inference_mode():
                 for start in range(0, len(order), batch_size):
                     idx = order[start : start + batch_size]
-                    batch = decode(
-                        [encoded[i] for i in idx],
-                        max_new_tokens=max_new_tokens,
-                        temperature=temperature,
-                        top_p=top_p,
-                        stop=stop,
-                        batch_size=batch_size,
-                        rng=rng,
-                        logprobs=logprobs,
-                    )
+                    batch = decode([encoded[i] for i in idx], d)
                     for i, c in zip(idx, batch, strict=True):
                         out[i] = c
         finally:
@@ -223,33 +229,22 @@ class Generator(CompletionBackend):
 
     # -- fast path: our own decode loop over a dynamic KV cache ---------------------------
 
-    def _fast_batch(
-        self,
-        encoded: list[list[int]],
-        *,
-        max_new_tokens: int,
-        temperature: float,
-        top_p: float,
-        stop: Sequence[str],
-        rng: Any,
-        logprobs: bool,
-        **_: Any,
-    ) -> list[Completion]:
+    def _fast_batch(self, encoded: list[list[int]], d: _Decoding) -> list[Completion]:
         ids, mask = self._left_pad(encoded, max(len(e) for e in encoded))
-        keep_chars = max((len(s) for s in stop), default=0) * 2 + 8
+        keep_chars = max((len(s) for s in d.stop), default=0) * 2 + 8
         rows = decode_loop(
             self.model,
             ids,
             mask,
-            max_new_tokens=max_new_tokens,
-            temperature=temperature,
-            top_p=top_p,
-            rng=rng,
-            logprobs=logprobs,
+            max_new_tokens=d.max_new_tokens,
+            temperature=d.temperature,
+            top_p=d.top_p,
+            rng=d.rng,
+            logprobs=d.logprobs,
             eos=self._eos_ids(),
-            stopped=lambda tail, tokens: self._stopped(tail, tokens, stop, keep_chars),
+            stopped=lambda tail, tokens: self._stopped(tail, tokens, d.stop, keep_chars),
         )
-        return [self._finish(t, lp, reason, stop) for t, lp, reason in rows]
+        return [self._finish(t, lp, reason, d.stop) for t, lp, reason in rows]
 
     def _stopped(
         self, tail: str, tokens: list[int], stop: Sequence[str], keep_chars: int
@@ -267,84 +262,54 @@ class Generator(CompletionBackend):
 
     # -- static path: model.generate with a static KV cache (+ torch.compile) -------------
 
-    def _static_batch(
-        self,
-        encoded: list[list[int]],
-        *,
-        max_new_tokens: int,
-        temperature: float,
-        top_p: float,
-        stop: Sequence[str],
-        batch_size: int,
-        logprobs: bool,
-        **_: Any,
-    ) -> list[Completion]:
+    def _static_batch(self, encoded: list[list[int]], d: _Decoding) -> list[Completion]:
         from transformers import CompileConfig
 
         n = len(encoded)
         rows = list(encoded)
         if self.compile:  # fixed batch shape: the compiled graphs are reused
-            rows += [encoded[-1]] * (batch_size - n)
+            rows += [encoded[-1]] * (d.batch_size - n)
         width = bucket(max(len(e) for e in rows), WIDTH_BUCKET)
         ids, mask = self._left_pad(rows, width)
         compile_config = CompileConfig(fullgraph=True, mode="reduce-overhead")
         if self.device.type != "cuda":
             compile_config._compile_all_devices = True  # tests exercise the path on CPU
-        kwargs = self._generate_kwargs(max_new_tokens, temperature, top_p, stop)
+        kwargs = self._kwargs(d)
         kwargs.update(
             cache_implementation="static",
-            max_cache_len=bucket(width + max_new_tokens, CACHE_BUCKET),
+            max_cache_len=bucket(width + d.max_new_tokens, CACHE_BUCKET),
             compile_config=compile_config if self.compile else None,
             disable_compile=not self.compile,
         )
         generated = self.model.generate(input_ids=ids, attention_mask=mask, **kwargs)
-        return self._split(generated[:n, width:], ids[:n], mask[:n], temperature, stop, logprobs)
+        return self._split(generated[:n, width:], ids[:n], mask[:n], d)
 
     # -- reference path: plain model.generate, one prompt at a time ----------------------
 
-    def _reference_batch(
-        self,
-        encoded: list[list[int]],
-        *,
-        max_new_tokens: int,
-        temperature: float,
-        top_p: float,
-        stop: Sequence[str],
-        logprobs: bool,
-        **_: Any,
-    ) -> list[Completion]:
+    def _reference_batch(self, encoded: list[list[int]], d: _Decoding) -> list[Completion]:
         ids, mask = self._left_pad(encoded, max(len(e) for e in encoded))
-        kwargs = self._generate_kwargs(max_new_tokens, temperature, top_p, stop)
-        generated = self.model.generate(input_ids=ids, attention_mask=mask, **kwargs)
+        generated = self.model.generate(input_ids=ids, attention_mask=mask, **self._kwargs(d))
         width = ids.shape[1]
-        return self._split(generated[:, width:], ids, mask, temperature, stop, logprobs)
+        return self._split(generated[:, width:], ids, mask, d)
 
-    def _generate_kwargs(
-        self, max_new_tokens: int, temperature: float, top_p: float, stop: Sequence[str]
-    ) -> dict[str, Any]:
+    def _kwargs(self, d: _Decoding) -> dict[str, Any]:
+        """``model.generate`` arguments of these decoding settings."""
         kwargs: dict[str, Any] = {
-            "max_new_tokens": max_new_tokens,
+            "max_new_tokens": d.max_new_tokens,
             "pad_token_id": self._pad_id(),
             "eos_token_id": sorted(self._eos_ids()),
         }
-        if temperature > 0:
-            kwargs.update(do_sample=True, temperature=temperature, top_p=top_p, top_k=0)
+        if d.temperature > 0:
+            kwargs.update(do_sample=True, temperature=d.temperature, top_p=d.top_p, top_k=0)
         else:
             kwargs.update(do_sample=False, temperature=None, top_p=None, top_k=None)
-        if stop:
-            kwargs.update(stop_strings=list(stop), tokenizer=self.tokenizer)
+        if d.stop:
+            kwargs.update(stop_strings=list(d.stop), tokenizer=self.tokenizer)
         return kwargs
 
-    def _split(
-        self,
-        new: Any,
-        prompt_ids: Any,
-        prompt_mask: Any,
-        temperature: float,
-        stop: Sequence[str],
-        logprobs: bool,
-    ) -> list[Completion]:
+    def _split(self, new: Any, prompt_ids: Any, prompt_mask: Any, d: _Decoding) -> list[Completion]:
         """Completions from ``model.generate``'s new tokens (padding after the end dropped)."""
+        stop = d.stop
         eos = self._eos_ids()
         keep_chars = max((len(s) for s in stop), default=0) * 2 + 8
         rows: list[tuple[list[int], FinishReason]] = []
@@ -363,9 +328,9 @@ class Generator(CompletionBackend):
                     break
             rows.append((tokens, reason))
         scores: list[list[float]] = [[] for _ in rows]
-        if logprobs:
+        if d.logprobs:
             scores = score_tokens(
-                self.model, prompt_ids, prompt_mask, [r[0] for r in rows], temperature
+                self.model, prompt_ids, prompt_mask, [r[0] for r in rows], d.temperature
             )
         return [self._finish(t, s, r, stop) for (t, r), s in zip(rows, scores, strict=True)]
 
