@@ -182,30 +182,20 @@ def hf_generate_counts(
     """``model.generate`` on sorted, left-padded batches with the stop-string criterion."""
     import torch
 
-    from components.lm.generate import DEFAULT_STOP, Generator, render_prompts
+    from components.lm.generate import DEFAULT_STOP, Decoding, Generator, render_prompts
 
-    gen = Generator(model, tok)  # only for its padding helper and eos ids
+    gen = Generator(model, tok)  # only for its padding helper, eos ids and generate args
     encoded = [tok(t, add_special_tokens=False)["input_ids"] for t in render_prompts(tok, prompts)]
     order = sorted(range(len(encoded)), key=lambda i: -len(encoded[i]))
     eos, pad = gen._eos_ids(), gen._pad_id()
+    # the reference path's greedy model.generate arguments, stop strings included
+    greedy = gen._kwargs(Decoding(max_new, 0.0, 1.0, tuple(DEFAULT_STOP), batch_size, None, False))
     counts = []
     with torch.inference_mode():
         for start in range(0, len(order), batch_size):
             batch = [encoded[i] for i in order[start : start + batch_size]]
             ids, mask = gen._left_pad(batch, max(len(e) for e in batch))
-            out = model.generate(
-                input_ids=ids,
-                attention_mask=mask,
-                max_new_tokens=max_new,
-                do_sample=False,
-                temperature=None,
-                top_p=None,
-                top_k=None,
-                pad_token_id=pad,
-                eos_token_id=sorted(eos),
-                stop_strings=list(DEFAULT_STOP),
-                tokenizer=tok,
-            )
+            out = model.generate(input_ids=ids, attention_mask=mask, **greedy)
             for seq in out[:, ids.shape[1] :].tolist():
                 n = next((i + 1 for i, t in enumerate(seq) if t in eos), len(seq))
                 # a row stopped by the stop string is padded afterwards

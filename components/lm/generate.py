@@ -73,7 +73,7 @@ CACHE_BUCKET = 256  # static path: KV-cache length rounded up to this
 
 
 @dataclass(frozen=True)
-class _Decoding:
+class Decoding:
     """One ``complete_ids`` call's settings, as each decode path receives them."""
 
     max_new_tokens: int
@@ -174,7 +174,7 @@ class Generator(CompletionBackend):
         decode = {"fast": self._fast_batch, "static": self._static_batch}.get(
             self.path, self._reference_batch
         )
-        d = _Decoding(max_new_tokens, temperature, top_p, stop, batch_size, rng, logprobs)
+        d = Decoding(max_new_tokens, temperature, top_p, stop, batch_size, rng, logprobs)
         was_training = self.model.training
         self.model.eval()
         try:
@@ -229,7 +229,7 @@ class Generator(CompletionBackend):
 
     # -- fast path: our own decode loop over a dynamic KV cache ---------------------------
 
-    def _fast_batch(self, encoded: list[list[int]], d: _Decoding) -> list[Completion]:
+    def _fast_batch(self, encoded: list[list[int]], d: Decoding) -> list[Completion]:
         ids, mask = self._left_pad(encoded, max(len(e) for e in encoded))
         keep_chars = max((len(s) for s in d.stop), default=0) * 2 + 8
         rows = decode_loop(
@@ -262,7 +262,7 @@ class Generator(CompletionBackend):
 
     # -- static path: model.generate with a static KV cache (+ torch.compile) -------------
 
-    def _static_batch(self, encoded: list[list[int]], d: _Decoding) -> list[Completion]:
+    def _static_batch(self, encoded: list[list[int]], d: Decoding) -> list[Completion]:
         from transformers import CompileConfig
 
         n = len(encoded)
@@ -286,13 +286,13 @@ class Generator(CompletionBackend):
 
     # -- reference path: plain model.generate, one prompt at a time ----------------------
 
-    def _reference_batch(self, encoded: list[list[int]], d: _Decoding) -> list[Completion]:
+    def _reference_batch(self, encoded: list[list[int]], d: Decoding) -> list[Completion]:
         ids, mask = self._left_pad(encoded, max(len(e) for e in encoded))
         generated = self.model.generate(input_ids=ids, attention_mask=mask, **self._kwargs(d))
         width = ids.shape[1]
         return self._split(generated[:, width:], ids, mask, d)
 
-    def _kwargs(self, d: _Decoding) -> dict[str, Any]:
+    def _kwargs(self, d: Decoding) -> dict[str, Any]:
         """``model.generate`` arguments of these decoding settings."""
         kwargs: dict[str, Any] = {
             "max_new_tokens": d.max_new_tokens,
@@ -307,7 +307,7 @@ class Generator(CompletionBackend):
             kwargs.update(stop_strings=list(d.stop), tokenizer=self.tokenizer)
         return kwargs
 
-    def _split(self, new: Any, prompt_ids: Any, prompt_mask: Any, d: _Decoding) -> list[Completion]:
+    def _split(self, new: Any, prompt_ids: Any, prompt_mask: Any, d: Decoding) -> list[Completion]:
         """Completions from ``model.generate``'s new tokens (padding after the end dropped)."""
         stop = d.stop
         eos = self._eos_ids()
