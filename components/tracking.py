@@ -182,18 +182,21 @@ class StageRun:
         context: str,
         sample: Path | None = None,
         rows: int = DATASET_SAMPLE_ROWS,
+        digest: str | None = None,
     ) -> None:
         """Log ``path`` as an MLflow dataset input: its first ``rows`` rows, not the file.
 
         ``sample``: the JSONL/Parquet file the rows come from (default ``path``; a folder
         without it logs no rows). The digest is the md5 DVC records for ``path`` when it
-        is at most ``DATASET_DIGEST_MAX_BYTES`` (larger ones: MLflow's digest of the rows).
+        is at most ``DATASET_DIGEST_MAX_BYTES`` (larger ones: MLflow's digest of the rows)
+        unless ``digest`` gives it.
         """
         import mlflow
 
         size = _size(path)
         df = _sample_frame(sample or path, rows)
-        digest = dvc_md5(path) if 0 < size <= DATASET_DIGEST_MAX_BYTES else None
+        if digest is None and 0 < size <= DATASET_DIGEST_MAX_BYTES:
+            digest = dvc_md5(path)
         try:
             source = path.resolve().relative_to(self.root.resolve()).as_posix()
         except ValueError:
@@ -202,8 +205,8 @@ class StageRun:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", UserWarning)
             dataset = mlflow.data.from_pandas(df, source=source, name=name, digest=digest)
-        tags = {"bytes": str(size), "sample_rows": str(len(df))}
-        mlflow.log_input(dataset, context=context, tags=tags)
+            tags = {"bytes": str(size), "sample_rows": str(len(df))}
+            mlflow.log_input(dataset, context=context, tags=tags)
 
     def log_history(self, rows: Sequence[Mapping[str, Any]], step_key: str) -> None:
         """Per-step curves: every numeric field of each row at step ``row[step_key]``."""
@@ -211,6 +214,19 @@ class StageRun:
             self.log_metrics(
                 {k: v for k, v in row.items() if k != step_key}, step=int(row.get(step_key, i + 1))
             )
+
+
+# stages whose inputs are evaluation data (the MLflow dataset context), the rest train
+_EVALUATION_STAGES = ("evaluate", "judge", "drift", "theorem1", "table1")
+
+
+def _is_data(path: Path, root: Path) -> bool:
+    """A data file or folder under ``root/data`` (models and policies are not datasets)."""
+    try:
+        path.resolve().relative_to((root / "data").resolve())
+    except ValueError:
+        return False
+    return True
 
 
 def _size(path: Path) -> int:
@@ -320,6 +336,11 @@ def stage_run(
             params[s] = cfg.section(s)
         tracked = StageRun(run.info.run_id, root)
         tracked.log_params(params)
+        # the data it reads as MLflow datasets (a sample each; models are not datasets)
+        context = "evaluation" if stage.startswith(_EVALUATION_STAGES) else "training"
+        for name, path in (data or {}).items():
+            if path.exists() and _is_data(path, root):
+                tracked.log_dataset(path, name, context, digest=tags[f"dvc.md5.{name}"])
         yield tracked
 
 

@@ -388,7 +388,12 @@ def _rl_stage(cfg: Config, paths: Paths, algo: str, kind: str) -> dict[str, Any]
         run.set_tags({"method": method, "algorithm": algo, "init": init})
         jobs = [(cfg, paths, algo, kind, s) for s in seeds]
         results = dict(zip(seeds, run_jobs(rl_seed, jobs, cfg.agent.workers), strict=True))
-        log_seeds(run, f"{stage}@{algo}", results, "iteration")
+        # MLflow curves only (the history files stay as they were): the constant policy lr
+        curves = {
+            s: {**r, "history": [dict(row, lr=_policy_lr(cfg, algo)) for row in r["history"]]}
+            for s, r in results.items()
+        }
+        log_seeds(run, f"{stage}@{algo}", curves, "iteration")
         history = [row for s in seeds for row in results[s]["history"]]
         summary = {**seed_summary(results), "wall_seconds": round(time.perf_counter() - start, 2)}
         hist_path = history_file(paths, method)
@@ -403,6 +408,9 @@ def _rl_stage(cfg: Config, paths: Paths, algo: str, kind: str) -> dict[str, Any]
             ]
             write_jsonl(synthetic_file(paths, algo), merged)
             shutil.rmtree(paths.data / SYNTHETIC_DIR / method, ignore_errors=True)
+            run.log_dataset(synthetic_file(paths, algo), "synthetic-trajectories", "synthetic")
+            for s in seeds:  # the co-evolved buffer snapshot of each seed (not hashed: GBs)
+                run.log_dataset(coevolved_dir(paths, algo, s), f"buffer-seed-{s}", "buffer")
         run.log_metrics(numbers(summary))
         run.log_artifact(hist_path, "history")
         from components.agent.loading import seed_dir
@@ -417,6 +425,11 @@ def _rl_stage(cfg: Config, paths: Paths, algo: str, kind: str) -> dict[str, Any]
     write_json(agent_metrics_file(paths, method), summary)
     log.info("%s trained (%d seeds): %s", method, len(seeds), numbers(summary))
     return {**summary, "registered_version": version}
+
+
+def _policy_lr(cfg: Config, algo: str) -> float:
+    """The policy's learning rate (constant: no schedule) for the per-round MLflow curves."""
+    return float(getattr(cfg.rl, _checked(algo)).learning_rate)
 
 
 def train_rl_real(cfg: Config, paths: Paths, algo: str) -> dict[str, Any]:

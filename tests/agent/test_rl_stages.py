@@ -216,6 +216,39 @@ def test_dreamgym_trains_in_the_synthetic_env_and_grows_the_buffer(project, drea
 
 
 @pytest.mark.integration
+def test_dreamgym_logs_round_curves_and_its_datasets_to_mlflow(project, dreamgym_grpo) -> None:
+    """Per-round curves with step= in the seed's run; tasks, trajectories, synthetic
+    trajectories and the co-evolved buffer as the stage run's MLflow datasets."""
+    import mlflow
+
+    from components.tracking import tracking_uri
+
+    cfg, paths = project
+    mlflow.set_tracking_uri(tracking_uri(paths.root))
+    client = mlflow.MlflowClient()
+
+    def run_named(name: str) -> Any:
+        runs = mlflow.search_runs(
+            search_all_experiments=True,
+            filter_string=f"attributes.run_name = '{name}'",
+            output_format="list",
+        )
+        return max(runs, key=lambda r: r.info.start_time)
+
+    seed_run = run_named("train_dreamgym@grpo/seed-0")
+    rounds = list(range(1, cfg.rl.dreamgym_iterations + 1))
+    for key in ("success_rate", "mean_reward", "policy_kl", "policy_loss", "lr"):
+        steps = [m.step for m in client.get_metric_history(seed_run.info.run_id, key)]
+        assert steps == rounds, key
+    lr = client.get_metric_history(seed_run.info.run_id, "lr")
+    assert {m.value for m in lr} == {cfg.rl.grpo.learning_rate}
+    inputs = run_named("train_dreamgym@grpo").inputs.dataset_inputs
+    contexts = {i.dataset.name: {t.key: t.value for t in i.tags} for i in inputs}
+    assert {"tasks", "trajectories", "synthetic-trajectories", "buffer-seed-0"} <= set(contexts)
+    assert contexts["synthetic-trajectories"]["mlflow.data.context"] == "synthetic"
+
+
+@pytest.mark.integration
 def test_s2r_stays_within_its_share_of_the_real_runs_steps(project, grpo_real, dreamgym_grpo):
     from components.stages.rl import train_s2r
 

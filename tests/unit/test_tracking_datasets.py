@@ -37,3 +37,22 @@ def test_log_dataset_keeps_a_sample_the_dvc_digest_and_its_context(tmp_path: Pat
     assert tags["mlflow.data.context"] == "training" and tags["sample_rows"] == "3"
     assert inputs["buffer"].dataset.digest == dvc_md5(folder)
     assert {t.key: t.value for t in inputs["buffer"].tags}["bytes"] == "4"
+
+
+def test_stage_run_logs_its_data_inputs_as_datasets_but_not_models(tmp_path: Path):
+    import mlflow
+
+    cfg = load_config(ROOT / "params.yaml", profile="ci")
+    tasks = tmp_path / "data" / "tasks" / "tasks.jsonl"
+    tasks.parent.mkdir(parents=True)
+    tasks.write_text(json.dumps({"task_id": "t0", "split": "test"}) + "\n")
+    policy = tmp_path / "models" / "policy" / "sft"
+    policy.mkdir(parents=True)
+    (policy / "weights.pt").write_bytes(b"w")
+    data = {"tasks": tasks, "policy": policy}
+    with stage_run("evaluate_policy@sft", "agent", cfg, (), tmp_path, data) as run:
+        run_id = run.run_id
+    inputs = mlflow.get_run(run_id).inputs.dataset_inputs
+    assert [i.dataset.name for i in inputs] == ["tasks"]
+    assert {t.key: t.value for t in inputs[0].tags}["mlflow.data.context"] == "evaluation"
+    assert inputs[0].dataset.digest == dvc_md5(tasks)
