@@ -28,20 +28,42 @@ from components.agent.policy import PolicySettings
 from components.agent.policy_model import SETTINGS_FILE
 from components.agent.sft_data import PolicyExample
 from components.config import AgentConfig, ExperienceConfig
+from components.config.base import fields_of
 
 log = logging.getLogger(__name__)
 
 META_FILE = "policy.json"
+# the agent's settings handed on under the same names: the prompt shape (PolicySettings),
+# the base model and the SFT run (ExperienceConfig, which components/experience/sft.py trains)
+PROMPT_FIELDS = ["history_len", "with_reasoning", "show_admissible", "max_admissible"]
+MODEL_FIELDS = [
+    "model",
+    "tiny_preset",
+    "vocab_size",
+    "max_length",
+    "bf16",
+    "lora",
+    "lora_r",
+    "lora_alpha",
+    "seed",
+]
+SFT_FIELDS = [
+    "epochs",
+    "max_steps",
+    "max_train_minutes",
+    "learning_rate",
+    "batch_size",
+    "grad_accum",
+    "warmup_ratio",
+    "weight_decay",
+    "logging_steps",
+    "save_steps",
+]
 
 
 def policy_settings(acfg: AgentConfig) -> PolicySettings:
     """The prompt shape a policy is trained and evaluated with."""
-    return PolicySettings(
-        history_len=acfg.history_len,
-        with_reasoning=acfg.with_reasoning,
-        show_admissible=acfg.show_admissible,
-        max_admissible=acfg.max_admissible,
-    )
+    return PolicySettings(**fields_of(acfg, *PROMPT_FIELDS))
 
 
 def plain_forward(model: Any) -> Any:
@@ -59,28 +81,7 @@ def plain_forward(model: Any) -> Any:
 
 def sft_train_config(acfg: AgentConfig) -> ExperienceConfig:
     """The agent's SFT knobs in the shape components/experience/sft.py trains with."""
-    s = acfg.sft
-    return ExperienceConfig(
-        model=acfg.model,
-        tiny_preset=acfg.tiny_preset,
-        vocab_size=acfg.vocab_size,
-        max_length=acfg.max_length,
-        epochs=s.epochs,
-        max_steps=s.max_steps,
-        max_train_minutes=s.max_train_minutes,
-        learning_rate=s.learning_rate,
-        batch_size=s.batch_size,
-        grad_accum=s.grad_accum,
-        warmup_ratio=s.warmup_ratio,
-        weight_decay=s.weight_decay,
-        bf16=acfg.bf16,
-        lora=acfg.lora,
-        lora_r=acfg.lora_r,
-        lora_alpha=acfg.lora_alpha,
-        logging_steps=s.logging_steps,
-        save_steps=s.save_steps,
-        seed=acfg.seed,
-    )
+    return ExperienceConfig(**fields_of(acfg, *MODEL_FIELDS), **fields_of(acfg.sft, *SFT_FIELDS))
 
 
 def load_base_policy(

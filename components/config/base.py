@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
 
 class _Section(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+def fields_of(section: Any, *names: str) -> dict[str, Any]:
+    """``names`` -> their values in ``section``: settings handed on under the same names."""
+    return {name: getattr(section, name) for name in names}
 
 
 # Training fields repeated verbatim (type, bounds, description) in ExperienceConfig,

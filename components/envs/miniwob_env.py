@@ -36,6 +36,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from components.config.base import fields_of
 from components.envs.base import ADMISSIBLE, FEEDBACK, LOST, VALID, WON, EnvError
 from components.envs.episodic import EpisodicEnv, Step
 from components.envs.miniwob_browser import (
@@ -138,14 +139,8 @@ class MiniWoBEnv(EpisodicEnv):
     @classmethod
     def from_config(cls, env_cfg: Any) -> MiniWoBEnv:
         """An env from ``EnvConfig`` (``env_cfg.miniwob`` holds the browser settings)."""
-        mw = env_cfg.miniwob
-        return cls(
-            max_steps=env_cfg.max_steps,
-            max_elements=mw.max_elements,
-            chrome_binary=mw.chrome_binary,
-            chromedriver=mw.chromedriver,
-            timeout_s=mw.timeout_s,
-        )
+        browser = ("max_elements", "chrome_binary", "chromedriver", "timeout_s")
+        return cls(max_steps=env_cfg.max_steps, **fields_of(env_cfg.miniwob, *browser))
 
     # -- the browser ---------------------------------------------------------------------
 

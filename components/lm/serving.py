@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from components.config import SERVING_BACKENDS, ServingConfig
+from components.config.base import fields_of
 
 if TYPE_CHECKING:
     from components.lm.generate import CompletionBackend
@@ -36,14 +37,9 @@ def openai_backend_config(serving: ServingConfig) -> OpenAIBackendConfig:
     """The server client's settings for the served experience model."""
     from components.lm.openai_backend import OpenAIBackendConfig
 
+    client = ("base_url_env", "api_key_env", "concurrency", "max_retries", "timeout_s")
     return OpenAIBackendConfig(
-        model=serving.experience_model,
-        base_url_env=serving.base_url_env,
-        api_key_env=serving.api_key_env,
-        concurrency=serving.concurrency,
-        max_retries=serving.max_retries,
-        timeout_s=serving.timeout_s,
-        on_failure="empty",
+        model=serving.experience_model, **fields_of(serving, *client), on_failure="empty"
     )
 
 
