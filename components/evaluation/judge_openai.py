@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from components.config import JudgeConfig, TeacherConfig
+from components.config.base import fields_of
 from components.evaluation.judge_criteria import (
     CRITERIA,
     OPENAI,
@@ -104,24 +105,27 @@ class JudgeRequest:
     messages: tuple[dict[str, str], ...]
 
 
+# the judge's settings the teacher's client reads under the same names
+TEACHER_FIELDS = [
+    "model",
+    "base_url",
+    "api_key_env",
+    "concurrency",
+    "max_retries",
+    "timeout_s",
+    "max_cost_usd",
+    "max_tokens",
+    "temperature",
+    "backoff_base_s",
+    "backoff_max_s",
+    "price_input_per_mtok",
+    "price_output_per_mtok",
+]
+
+
 def teacher_config(cfg: JudgeConfig) -> TeacherConfig:
     """The judge's client settings in the teacher's config type (its retry loop is reused)."""
-    return TeacherConfig(
-        backend="openai",
-        model=cfg.model,
-        base_url=cfg.base_url,
-        api_key_env=cfg.api_key_env,
-        concurrency=cfg.concurrency,
-        max_retries=cfg.max_retries,
-        timeout_s=cfg.timeout_s,
-        max_cost_usd=cfg.max_cost_usd,
-        max_tokens=cfg.max_tokens,
-        temperature=cfg.temperature,
-        backoff_base_s=cfg.backoff_base_s,
-        backoff_max_s=cfg.backoff_max_s,
-        price_input_per_mtok=cfg.price_input_per_mtok,
-        price_output_per_mtok=cfg.price_output_per_mtok,
-    )
+    return TeacherConfig(backend="openai", **fields_of(cfg, *TEACHER_FIELDS))
 
 
 def _openai_client_class() -> type:
