@@ -178,8 +178,23 @@ def run_episodes(
     *,
     seed: int = 0,
     parallel: int = 8,
+    desc: str | None = None,
 ) -> list[EpisodeRecord]:
-    """One episode per task, ``parallel`` at a time in lockstep; records in task order."""
+    """One episode per task, ``parallel`` at a time in lockstep; records in task order.
+
+    ``desc``: a progress bar of that name on stderr (a terminal only; none without it).
+    """
+    from tqdm.auto import tqdm
+
+    # disable=None: tqdm draws only on a terminal (the caller logs a line per run)
+    bar = tqdm(
+        total=len(tasks),
+        desc=desc,
+        unit="ep",
+        leave=False,
+        mininterval=2.0,
+        disable=None if desc else True,
+    )
     envs = [make_env() for _ in range(max(1, min(parallel, len(tasks))))]
     free = list(range(len(envs)))
     pending = list(enumerate(tasks))
@@ -207,7 +222,9 @@ def run_episodes(
                     done[index] = finished
                     del live[slot]
                     free.append(slot)
+            bar.update(len(done) - bar.n)
     finally:
+        bar.close()
         for env in envs:
             env.close()
     return [done[i] for i in range(len(tasks))]

@@ -82,13 +82,18 @@ def _fit(
     batch's mean loss and how many of its rows it got right. One row per epoch: the mean
     loss, the share right (as ``hits``) and the epoch; the model is left in eval mode."""
     import torch
+    from tqdm.auto import tqdm
 
     opt = torch.optim.Adam(policy.trainable_parameters(), **adam)
     rng = random.Random(seed)
     model = policy.model
     model.train()
     history: list[dict[str, float]] = []
-    for epoch in range(epochs):
+    # a bar per run on a terminal only (disable=None); the epochs' losses go to MLflow
+    name = "sft" if hits == "accuracy" else "dpo"
+    for epoch in tqdm(
+        range(epochs), desc=f"{name} seed {seed}", unit="epoch", leave=False, disable=None
+    ):
         order = list(range(len(rows)))
         rng.shuffle(order)
         total, right = 0.0, 0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import sys
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -53,7 +54,7 @@ def trainer_args(output_dir: str, schedule: Any, model: Any) -> dict[str, Any]:
         "save_total_limit": 1,  # resuming needs only the last checkpoint
         "eval_strategy": "no",
         "report_to": "none",  # the stages log to MLflow themselves
-        "disable_tqdm": True,
+        "disable_tqdm": not sys.stderr.isatty(),  # a bar in a terminal; logs/CI stay clean
         "dataloader_num_workers": 0,
         "seed": seed,
         "data_seed": seed,

@@ -244,9 +244,17 @@ def eval_job(cfg: Config, paths: Paths, method: str, seed: int, mode: str) -> li
         loaded = load_policy(seed_dir(policy_dir(paths, method), seed), cfg.agent)
         policy = Acting(loaded, e.temperature if mode == "sampled" else 0.0, e.max_new_tokens)
     torch.manual_seed(seed)
+    name = f"{method} seed {seed} {mode}"
     records = run_episodes(
-        policy, tasks, env_factory(cfg.env, paths.root), seed=seed, parallel=e.parallel_envs
+        policy,
+        tasks,
+        env_factory(cfg.env, paths.root),
+        seed=seed,
+        parallel=e.parallel_envs,
+        desc=f"eval {name}",
     )
+    wins = sum(r.success for r in records)
+    log.info("evaluated %s: %d/%d test episodes won", name, wins, len(records))
     return [
         {
             "method": method,

@@ -347,6 +347,8 @@ def train_experience_model(cfg: Config, paths: Paths, variant: str = "full") -> 
         }
         run.log_metrics(metrics)
         run.log_dict(result.log_history, "sft/log_history.json")
+        # per-step curves (loss, learning_rate, grad_norm) at the trainer's global step
+        run.log_history([h for h in result.log_history if "loss" in h], "step")
         version = None
         if variant == "full":  # ablation variants only feed the fidelity table
             version = register_experience_model(run, cfg, out, ecfg.model)
