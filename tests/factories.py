@@ -119,6 +119,13 @@ def make_trajectory(
     return trajectory_of(steps, split, success=success)
 
 
+def fast_client(config_cls: Any, key_env: str, **settings: Any) -> Any:
+    """An API client config (teacher, judge) with test-sized retries: 2, backing off
+    10-50 ms; its key read from ``key_env``; ``settings`` override the rest."""
+    fast = {"max_retries": 2, "backoff_base_s": 0.01, "backoff_max_s": 0.05}
+    return config_cls(**{"api_key_env": key_env, **fast, **settings})
+
+
 def chain_lm(tok: Any) -> Any:
     """A deterministic model: the next token is a fixed function of the last one.
 

@@ -11,7 +11,7 @@ import pytest
 from components.config import Config, JudgeConfig
 from components.config.small import small_config
 from components.schema import Provenance, Task, Trajectory, Transition, stable_id
-from tests.factories import make_step, trajectory_of
+from tests.factories import fast_client, make_step, trajectory_of
 
 KEY_ENV = "DREAMGYM_TEST_JUDGE_KEY"
 SENTINEL_KEY = "sk-SENTINEL-judge-key-0123456789abcdef"
@@ -95,18 +95,8 @@ def with_steps(traj: Trajectory, **changes_by_step: dict[str, Any]) -> Trajector
 
 def judge_config(**overrides: Any) -> JudgeConfig:
     """Judge settings with test-sized timeouts and backoffs."""
-    settings: dict[str, Any] = {
-        "api_key_env": KEY_ENV,
-        "concurrency": 2,
-        "max_retries": 2,
-        "timeout_s": 2.0,
-        "backoff_base_s": 0.01,
-        "backoff_max_s": 0.05,
-        "max_cost_usd": None,
-        "max_tokens": 128,
-    }
-    settings.update(overrides)
-    return JudgeConfig(**settings)
+    small = {"concurrency": 2, "timeout_s": 2.0, "max_cost_usd": None, "max_tokens": 128}
+    return fast_client(JudgeConfig, KEY_ENV, **{**small, **overrides})
 
 
 @pytest.fixture

@@ -9,7 +9,7 @@ import pytest
 
 from components.config import Config, TeacherConfig, load_config
 from components.schema import Trajectory, Transition, stable_id
-from tests.factories import make_step, trajectory_of
+from tests.factories import fast_client, make_step, trajectory_of
 
 ROOT = Path(__file__).resolve().parents[2]
 SENTINEL_KEY = "sk-SENTINEL-teacher-key-0123456789abcdef"
@@ -78,20 +78,9 @@ def make_config(**teacher: Any) -> Config:
 
 def openai_teacher_config(base_url: str, **overrides: Any) -> TeacherConfig:
     """An openai-backend config with test-sized timeouts and backoffs."""
-    settings: dict[str, Any] = {
-        "backend": "openai",
-        "model": "gpt-4o",
-        "base_url": base_url,
-        "api_key_env": KEY_ENV,
-        "concurrency": 4,
-        "max_retries": 2,
-        "timeout_s": 0.5,
-        "backoff_base_s": 0.01,
-        "backoff_max_s": 0.05,
-        "max_tokens": 64,
-    }
-    settings.update(overrides)
-    return TeacherConfig(**settings)
+    small = {"concurrency": 4, "timeout_s": 0.5, "max_tokens": 64}
+    server = {"backend": "openai", "model": "gpt-4o", "base_url": base_url}
+    return fast_client(TeacherConfig, KEY_ENV, **{**server, **small, **overrides})
 
 
 @pytest.fixture
