@@ -18,6 +18,7 @@ from components.envs.agentgym_http import (
 from components.envs.base import ADMISSIBLE, LOST, VALID, WON, EnvError
 from components.schema import Task
 from tests.envs.common import collected, env_config, served_env
+from tests.factories import make_task
 from tests.fakes.agentgym_server import serve
 
 pytestmark = pytest.mark.integration
@@ -26,15 +27,7 @@ FAST = {"timeout_s": 0.5, "max_retries": 2, "backoff_s": 0.01}
 
 
 def _task(env: str, index: int = 1) -> Task:
-    return Task(
-        task_id=f"{env}-{index}",
-        env=env,
-        family=env,
-        difficulty=0,
-        split="train",
-        instruction="x",
-        seed=index,
-    )
+    return make_task(f"{env}-{index}", "x", index, env=env, family=env, difficulty=0)
 
 
 def _config(name: str, url: str | None = None, splits=None) -> Config:
