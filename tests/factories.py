@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from components.episodes import task_transition
 from components.schema import Provenance, Task, Trajectory, Transition, stable_id
 
 
@@ -40,9 +41,9 @@ def make_step(
     Unless ``fields`` name them: no reward, not done, valid, no admissible actions, and an
     iteration-0 ``policy`` provenance (``seed=`` goes into it).
     """
+    task = make_task(task_id, instruction, env=fields.pop("env", "textworld"))
     seed = fields.pop("seed", None)
     base: dict[str, Any] = {
-        "env": "textworld",
         "reward": 0,
         "done": False,
         "admissible_actions": None,
@@ -50,16 +51,8 @@ def make_step(
         "source": "real",
         "provenance": Provenance(policy=policy, seed=seed),
     }
-    return Transition(
-        id=Transition.make_id(episode_id, step_index),
-        task_id=task_id,
-        episode_id=episode_id,
-        step_index=step_index,
-        instruction=instruction,
-        state=state,
-        action=action,
-        next_state=next_state,
-        **{**base, **fields},
+    return task_transition(
+        task, episode_id, step_index, state, action, next_state, **{**base, **fields}
     )
 
 
