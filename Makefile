@@ -70,7 +70,7 @@ run: setup  ## run the whole pipeline on the active profile (default cpu): dvc r
 	@$(MAKE) --no-print-directory summary
 
 # A one-screen headline; every figure stays in metrics/ (`dvc metrics show` prints the
-# headline, metrics/headline.json; `dvc metrics show metrics/<file>` prints any other file).
+# headline, metrics/headline/*.json; `dvc metrics show metrics/<file>` prints any other file).
 SUMMARY_PY := import json; f = json.load(open("metrics/fidelity.json"))["full"]; \
 	print("Experience model on held-out transitions: reward accuracy %.3f (majority class %.3f), success F1 %.3f, state match %.3f (nothing changes %.3f)" \
 	% (f["reward_accuracy"], f["majority_baseline_reward_accuracy"], f["success_f1"], f["state_soft_match"], f["copy_baseline_state_token_f1"]))

@@ -1,19 +1,25 @@
-"""The run's one-screen headline: ``metrics/headline.json``, the only file DVC shows as metrics.
+"""The run's one-screen headline: the only files DVC shows as metrics.
 
-Table 1 success per method (the sampled headline), the experience model's fidelity beside
-its trivial baselines, and the training run time. Every other figure stays in its own
-file under ``metrics/`` (``dvc metrics show metrics/<file>`` prints one), so
-``dvc metrics show`` and ``dvc exp show`` stay short. Only copies and rounds numbers
-that other stages computed; a missing input leaves its keys out (never invented).
+``metrics/headline/table1.json`` (stage table1): Table 1 success per method (the sampled
+headline) and the training run time; ``metrics/headline/fidelity.json`` (stage
+evaluate_fidelity): the experience model's fidelity beside its trivial baselines. Each is
+written by the stage that computes its figures, so a partial ``dvc exp run`` (e.g. an
+ablation up to ``evaluate_fidelity``) never shows a stale headline. Every other figure
+stays in its own file under ``metrics/`` (``dvc metrics show metrics/<file>`` prints
+one), so ``dvc metrics show`` and ``dvc exp show`` stay short. Only copies and rounds
+numbers that the stages computed; a missing input leaves its keys out (never invented).
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-HEADLINE_FILE = "headline.json"
+HEADLINE_DIR = "headline"  # metrics/headline/{table1,fidelity}.json
+TABLE1_HEADLINE = "table1.json"
+FIDELITY_HEADLINE = "fidelity.json"
 # headline key -> key of metrics/fidelity.json["full"] (the pipeline's experience model)
 FIDELITY_KEYS = {
     "reward_acc": "reward_accuracy",
@@ -21,6 +27,7 @@ FIDELITY_KEYS = {
     "success_f1": "success_f1",
     "state_f1": "state_token_f1",
     "state_f1_nochange": "copy_baseline_state_token_f1",
+    "eps_R": "eps_R",
 }
 
 
@@ -39,41 +46,51 @@ def _number(value: Any) -> float | None:
     return float(value) if ok else None
 
 
-def _success(table: dict[str, Any], env: str | None) -> dict[str, float]:
+def success_headline(table: Mapping[str, Any], env: str | None = None) -> dict[str, float]:
     """Sampled success per method of one env of Table 1 (its first env when None)."""
-    envs = [k for k in table if not k.startswith("_") and isinstance(table[k], dict)]
+    envs = [k for k in table if not k.startswith("_") and isinstance(table[k], Mapping)]
     name = env if env in envs else (envs[0] if envs else None)
     rows = table.get(name, {}) if name else {}
     out = {}
     for method, row in rows.items():
-        value = _number(row.get("success")) if isinstance(row, dict) else None
+        value = _number(row.get("success")) if isinstance(row, Mapping) else None
         if value is not None:
             out[method] = round(value, 4)
     return out
 
 
-def _train_minutes(agent_dir: Path) -> float | None:
+def train_minutes(agent_dir: Path) -> float | None:
     """Wall minutes of every method's training stage together (metrics/agent/*.json)."""
     seconds = [_number(_read(p).get("wall_seconds")) for p in sorted(agent_dir.glob("*.json"))]
     known = [s for s in seconds if s is not None]
     return round(sum(known) / 60.0, 1) if known else None
 
 
-def build_headline(metrics_dir: Path, env: str | None = None) -> dict[str, Any]:
-    """The headline dict from metrics/table1.json, fidelity.json and agent/*.json."""
+def table1_headline(
+    table: Mapping[str, Any], agent_dir: Path, env: str | None = None
+) -> dict[str, Any]:
+    """``{"success": {method: rate}, "train_minutes": m}`` (keys with no data left out)."""
     headline: dict[str, Any] = {}
-    success = _success(_read(metrics_dir / "table1.json"), env)
+    success = success_headline(table, env)
     if success:
         headline["success"] = success
-    full = _read(metrics_dir / "fidelity.json").get("full")
-    fidelity = {}
-    for key, source in FIDELITY_KEYS.items():
-        value = _number(full.get(source)) if isinstance(full, dict) else None
-        if value is not None:
-            fidelity[key] = round(value, 4)
-    if fidelity:
-        headline["fidelity"] = fidelity
-    minutes = _train_minutes(metrics_dir / "agent")
+    minutes = train_minutes(agent_dir)
     if minutes is not None:
         headline["train_minutes"] = minutes
     return headline
+
+
+def fidelity_headline(full: Mapping[str, Any] | None) -> dict[str, Any]:
+    """``{"fidelity": {...}}``: the full model's reward / state figures beside baselines."""
+    fidelity = {}
+    for key, source in FIDELITY_KEYS.items():
+        value = _number(full.get(source)) if isinstance(full, Mapping) else None
+        if value is not None:
+            fidelity[key] = round(value, 4)
+    return {"fidelity": fidelity} if fidelity else {}
+
+
+def build_headline(metrics_dir: Path, env: str | None = None) -> dict[str, Any]:
+    """Both headline parts from the metrics files (what ``make summary``-like tools read)."""
+    table = table1_headline(_read(metrics_dir / "table1.json"), metrics_dir / "agent", env)
+    return {**fidelity_headline(_read(metrics_dir / "fidelity.json").get("full")), **table}

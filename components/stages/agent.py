@@ -357,6 +357,7 @@ def evaluate_policy(cfg: Config, paths: Paths, method: str) -> dict[str, Any]:
 def build_table1(cfg: Config, paths: Paths) -> dict[str, Any]:
     """Stage table1: metrics/table1.json (with provenance) and its markdown."""
     from components.agent.table1 import METHODS, build_table, load_episodes, markdown
+    from components.evaluation.headline import HEADLINE_DIR, TABLE1_HEADLINE, table1_headline
     from components.tracking import git_commit, stage_run
 
     episodes = load_episodes(paths.data / EVAL_DIR)
@@ -367,6 +368,10 @@ def build_table1(cfg: Config, paths: Paths) -> dict[str, Any]:
     table["_headline"] = "sampled"
     text = markdown(table)
     write_json(paths.metrics / TABLE1_METRICS, table)
+    # the one-screen part of Table 1 that `dvc metrics show` / `dvc exp show` print
+    headline = paths.metrics / HEADLINE_DIR / TABLE1_HEADLINE
+    headline.parent.mkdir(parents=True, exist_ok=True)
+    write_json(headline, table1_headline(table, paths.metrics / AGENT_DIR, cfg.env.name))
     md_path = paths.metrics / TABLE1_MARKDOWN
     md_path.write_text(text, encoding="utf-8")
     with stage_run("table1", "agent", cfg, (), paths.root) as run:

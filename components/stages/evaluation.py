@@ -241,7 +241,6 @@ def drift(cfg: Config, paths: Paths) -> dict[str, Any]:
 
 def report(cfg: Config, paths: Paths) -> dict[str, Any]:
     """Stage report: reports/report.md + PNG plots from the metrics files, to MLflow."""
-    from components.evaluation.headline import HEADLINE_FILE, build_headline
     from components.evaluation.report import build_report
     from components.tracking import stage_run
 
@@ -249,17 +248,8 @@ def report(cfg: Config, paths: Paths) -> dict[str, Any]:
         result = build_report(
             paths.metrics, reports_dir(paths), cfg.report, drift_threshold=cfg.drift.drift_share
         )
-        # the one-screen headline DVC shows (`dvc metrics show`, `dvc exp show`)
-        headline = build_headline(paths.metrics, cfg.env.name)
-        write_json(paths.metrics / HEADLINE_FILE, headline)
-        run.log_metrics({"headline": headline})
-        run.log_dict(headline, f"report/{HEADLINE_FILE}")
         run.log_artifact(result.markdown, "report")
         for plot in result.plots:
             run.log_artifact(plot, "report")
     log.info("report: %s (%d plots)", result.markdown, len(result.plots))
-    return {
-        "markdown": str(result.markdown),
-        "plots": [str(p) for p in result.plots],
-        "headline": headline,
-    }
+    return {"markdown": str(result.markdown), "plots": [str(p) for p in result.plots]}

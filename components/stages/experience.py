@@ -365,6 +365,7 @@ def evaluate_fidelity(cfg: Config, paths: Paths) -> dict[str, Any]:
     the full model, open-loop rollouts on validation episodes. Never the test split.
     """
     from components.evaluation.fidelity import worst_rows
+    from components.evaluation.headline import FIDELITY_HEADLINE, HEADLINE_DIR, fidelity_headline
     from components.evaluation.promotion import (
         EXPERIENCE_FLOORS,
         HeldOutMetric,
@@ -433,6 +434,10 @@ def evaluate_fidelity(cfg: Config, paths: Paths) -> dict[str, Any]:
                 held_out | alias_tags("fidelity", full, FIDELITY_TAGS, "n", run.run_id),
             )
     write_json(paths.metrics / FIDELITY_METRICS, {v: numbers(m) for v, m in table.items()})
+    # the one-screen part that `dvc metrics show` / `dvc exp show` print
+    headline = paths.metrics / HEADLINE_DIR / FIDELITY_HEADLINE
+    headline.parent.mkdir(parents=True, exist_ok=True)
+    write_json(headline, fidelity_headline(table.get("full")))
     for variant, m in table.items():
         log.info(
             "fidelity %-12s n=%d reward acc %.3f, state EM %.3f / soft %.3f, malformed %.3f",

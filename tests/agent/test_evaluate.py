@@ -190,6 +190,8 @@ def test_stages_train_evaluate_and_tabulate_the_baselines(agent_tw_suite, tmp_pa
     assert rows["random"]["episodes"] == rows["sft"]["episodes"] == n_test
     assert "vs_random" in rows["sft"] and rows["grpo_real"] is None
     assert "| Random (admissible) |" in (paths.metrics / "table1.md").read_text()
+    headline = json.loads((paths.metrics / "headline" / "table1.json").read_text())
+    assert headline["success"]["sft"] == round(rows["sft"]["success"], 4)  # what DVC shows
 
     client = mlflow.MlflowClient()
     sft_version = client.get_model_version_by_alias(REGISTERED_MODEL, "sft")

@@ -1,4 +1,4 @@
-"""The one-screen headline DVC shows: metrics/headline.json (issue 23, item 3)."""
+"""The one-screen headline DVC shows: metrics/headline/*.json (issue 23, item 3)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,12 @@ from pathlib import Path
 
 import yaml
 
-from components.evaluation.headline import HEADLINE_FILE, build_headline
+from components.evaluation.headline import (
+    FIDELITY_HEADLINE,
+    HEADLINE_DIR,
+    TABLE1_HEADLINE,
+    build_headline,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -27,6 +32,7 @@ def test_headline_copies_success_fidelity_and_run_time(tmp_path: Path):
         "success_f1": 0.8,
         "state_token_f1": 0.78,
         "copy_baseline_state_token_f1": 0.73,
+        "eps_R": 0.02,
         "n": 1451,
     }
     _write(tmp_path / "fidelity.json", {"full": fidelity})
@@ -42,6 +48,7 @@ def test_headline_copies_success_fidelity_and_run_time(tmp_path: Path):
         "success_f1": 0.8,
         "state_f1": 0.78,
         "state_f1_nochange": 0.73,
+        "eps_R": 0.02,
     }
     assert headline["train_minutes"] == 3.0
 
@@ -50,11 +57,17 @@ def test_headline_of_missing_inputs_is_empty_not_invented(tmp_path: Path):
     assert build_headline(tmp_path) == {}
 
 
-def test_headline_is_the_only_dvc_metrics_file():
-    """`dvc metrics show` / `dvc exp show` print the headline; the rest are plain outputs."""
+def test_the_headline_files_are_the_only_dvc_metrics():
+    """`dvc metrics show` / `dvc exp show` print the headline; the rest are plain outputs.
+
+    Each part is declared by the stage that computes its figures (no stale headline after
+    a partial `dvc exp run`)."""
     stages = yaml.safe_load((ROOT / "dvc.yaml").read_text(encoding="utf-8"))["stages"]
     declared = []
     for name, stage in stages.items():
         for entry in stage.get("do", stage).get("metrics", []):
             declared.append((name, entry if isinstance(entry, str) else next(iter(entry))))
-    assert declared == [("report", f"metrics/{HEADLINE_FILE}")]
+    assert sorted(declared) == [
+        ("evaluate_fidelity", f"metrics/{HEADLINE_DIR}/{FIDELITY_HEADLINE}"),
+        ("table1", f"metrics/{HEADLINE_DIR}/{TABLE1_HEADLINE}"),
+    ]

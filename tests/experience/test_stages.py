@@ -83,6 +83,8 @@ def test_train_then_evaluate_fidelity(tmp_path, trajectories, reasoning):
     assert saved["full"]["n"] == 4 and "malformed_reasons" not in saved["full"]  # numbers only
     for key in ("reward_accuracy", "success_f1", "state_exact_match", "state_soft_match"):
         assert key in saved["no_reasoning"]
+    headline = json.loads((paths.metrics / "headline" / "fidelity.json").read_text())
+    assert headline["fidelity"]["reward_acc"] == round(saved["full"]["reward_accuracy"], 4)
 
     client = mlflow.MlflowClient()
     version = client.get_model_version_by_alias(REGISTERED_MODEL, "candidate")
