@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from components.episodes import task_transition
+from components.episodes import task_trajectory, task_transition
 from components.schema import Provenance, Task, Trajectory, Transition, stable_id
 
 
@@ -56,27 +56,21 @@ def make_step(
     )
 
 
-def trajectory_of(steps: list[Transition], split: str = "train", **fields: Any) -> Trajectory:
+def trajectory_of(
+    steps: list[Transition],
+    split: str = "train",
+    initial_state: str | None = None,
+    truncated: bool = False,
+) -> Trajectory:
     """The trajectory of ``steps`` (one episode): its ids, source and policy come from them.
 
-    It starts at the first step's state and succeeds when the last step is rewarded;
-    ``fields`` override the rest (e.g. ``truncated``).
+    It starts at the first step's state unless ``initial_state`` is given, and succeeds
+    when the last step is rewarded.
     """
-    first, last = steps[0], steps[-1]
-    base: dict[str, Any] = {
-        "initial_state": first.state,
-        "success": bool(last.reward),
-        "policy": first.provenance.policy,
-    }
-    return Trajectory(
-        episode_id=first.episode_id,
-        task_id=first.task_id,
-        env=first.env,
-        split=split,
-        source=first.source,
-        steps=steps,
-        **{**base, **fields},
-    )
+    first = steps[0]
+    task = make_task(first.task_id, first.instruction, env=first.env, split=split)
+    start = first.state if initial_state is None else initial_state
+    return task_trajectory(task, steps, start, truncated)
 
 
 def make_trajectory(
@@ -109,7 +103,7 @@ def make_trajectory(
         )
         for i in range(n_steps)
     ]
-    return trajectory_of(steps, split, success=success)
+    return trajectory_of(steps, split)
 
 
 def fast_client(config_cls: Any, key_env: str, **settings: Any) -> Any:

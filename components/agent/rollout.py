@@ -30,7 +30,7 @@ from typing import Any, Protocol
 from components.agent.policy import Observation
 from components.agent.policy_model import ActResult, TokenScores
 from components.envs.base import ADMISSIBLE, VALID, Env, EnvError, step_won
-from components.episodes import task_transition
+from components.episodes import task_trajectory, task_transition
 from components.schema import Provenance, Source, Task, Trajectory, stable_id
 
 ENV_ERROR = "env_error"  # info key: the env process failed, the episode ended as a failure
@@ -284,18 +284,7 @@ class Episode:
                 )
             )
             state = t.next_state
-        return Trajectory(
-            episode_id=episode_id,
-            task_id=self.task.task_id,
-            env=self.task.env,
-            split=self.task.split,
-            source=source,
-            policy=policy,
-            initial_state=self.initial_state,
-            steps=steps,
-            success=bool(steps[-1].reward),
-            truncated=self.truncated,
-        )
+        return task_trajectory(self.task, steps, self.initial_state, truncated=self.truncated)
 
 
 @dataclass

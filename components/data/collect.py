@@ -33,7 +33,7 @@ from components.data.policies import POLICIES, ExpertEnv, behaviour_key, make_po
 from components.envs.base import ADMISSIBLE, VALID, EnvError, step_won
 from components.envs.textworld_env import story_file_problem
 from components.envs.textworld_tasks import exit_with_parent
-from components.episodes import task_transition
+from components.episodes import task_trajectory, task_transition
 from components.io import atomic_write_bytes, remove_stale_temps
 from components.schema import Provenance, Task, Trajectory, stable_id
 
@@ -132,18 +132,7 @@ def run_episode(
             )
         )
         obs, info = next_obs, next_info
-    return Trajectory(
-        episode_id=plan.episode_id,
-        task_id=task.task_id,
-        env=task.env,
-        split=task.split,
-        source=SOURCE,
-        policy=plan.policy,
-        initial_state=initial,
-        steps=steps,
-        success=bool(steps[-1].reward),
-        truncated=truncated and not terminated,
-    )
+    return task_trajectory(task, steps, initial, truncated=truncated and not terminated)
 
 
 # -- per-game work (runs in a worker process, or inline with one worker) -------------------
