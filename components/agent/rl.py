@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from components.agent.policy_model import ActResult, TokenScores
 from components.agent.rollout import Episode, RolloutBatch, TrainablePolicy
 from components.config import RLAlgoConfig
+from components.config.base import fields_of
 from components.schema import stable_id
 
 if TYPE_CHECKING:
@@ -188,10 +189,7 @@ def turn_loss(
         old,
         ref,
         adv,
-        clip_low=cfg.clip_low,
-        clip_high=cfg.clip_high,
-        beta=cfg.beta,
-        kl_ratio_correction=cfg.kl_ratio_correction,
+        **fields_of(cfg, "clip_low", "clip_high", "beta", "kl_ratio_correction"),
     )
     if cfg.entropy_coef and scores.entropy is not None:
         # an entropy bonus keeps a small policy from collapsing onto one command early

@@ -28,6 +28,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from components.config.base import fields_of
+
 # the backend-neutral types (completion.py) and the token-level decoding (decoding.py) live
 # beside this module; callers keep importing their names from here
 from components.lm.completion import (
@@ -236,11 +238,7 @@ class Generator(CompletionBackend):
             self.model,
             ids,
             mask,
-            max_new_tokens=d.max_new_tokens,
-            temperature=d.temperature,
-            top_p=d.top_p,
-            rng=d.rng,
-            logprobs=d.logprobs,
+            **fields_of(d, "max_new_tokens", "temperature", "top_p", "rng", "logprobs"),
             eos=self._eos_ids(),
             stopped=lambda tail, tokens: self._stopped(tail, tokens, d.stop, keep_chars),
         )
