@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from components.config import load_config
+from components.config import Config, load_config
 from components.evaluation.promotion import (
     CANDIDATE,
     CHAMPION,
@@ -161,6 +161,14 @@ def test_best_method_ignores_random_and_missing_success():
     assert best_method({"random": {"success": 0.2}}) is None
 
 
+def _ci_config_and_model(tmp_path: Path) -> tuple[Config, Path]:
+    """The ci profile's config and a stand-in model folder to register."""
+    model_dir = tmp_path / "model"
+    model_dir.mkdir()
+    (model_dir / "weights.bin").write_bytes(b"\0" * 16)
+    return load_config(ROOT / "params.yaml", profile="ci"), model_dir
+
+
 @pytest.mark.integration
 @pytest.mark.timeout(180)
 def test_experience_floors_and_ablations_through_the_registry(tmp_path: Path):
@@ -169,10 +177,7 @@ def test_experience_floors_and_ablations_through_the_registry(tmp_path: Path):
     from components import tracking
     from components.stages.experience import REGISTERED_MODEL, register_experience_model
 
-    cfg = load_config(ROOT / "params.yaml", profile="ci")
-    model_dir = tmp_path / "model"
-    model_dir.mkdir()
-    (model_dir / "weights.bin").write_bytes(b"\0" * 16)
+    cfg, model_dir = _ci_config_and_model(tmp_path)
     floors = tuple(metric for metric, _ in EXPERIENCE_FLOORS)
 
     def register(reward_acc: float, state_em: float) -> str:
@@ -233,10 +238,7 @@ def _table1(**success: float) -> dict:
 def test_policy_champion_is_the_best_held_out_success_above_random(tmp_path: Path):
     from components import tracking
 
-    cfg = load_config(ROOT / "params.yaml", profile="ci")
-    model_dir = tmp_path / "model"
-    model_dir.mkdir()
-    (model_dir / "weights.bin").write_bytes(b"\0" * 16)
+    cfg, model_dir = _ci_config_and_model(tmp_path)
     versions = {}
     for method in ("sft", "dreamgym_grpo"):
         with tracking.stage_run("train", "agent", cfg, (), tmp_path) as run:
