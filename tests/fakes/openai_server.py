@@ -45,8 +45,8 @@ BAD_REQUEST = "400"
 DROP = "drop"  # the connection closes before any response byte (a proxy restart)
 RATE_LIMIT_BARE = "429_bare"  # 429 without Retry-After: the client's own backoff applies
 SLOW_BODY = "slow_body"  # headers and half the body, then a pause of delay_s (read timeout)
-FAULTS = (
-    OK,
+# the transient faults a client retries through (the teacher's first fault tests)
+TRANSIENT = (
     DELAY,
     RATE_LIMIT,
     SERVER_ERROR,
@@ -56,12 +56,8 @@ FAULTS = (
     NON_JSON,
     MALFORMED,
     LENGTH,
-    UNAUTHORIZED_ECHO,
-    BAD_REQUEST,
-    DROP,
-    RATE_LIMIT_BARE,
-    SLOW_BODY,
 )
+FAULTS = (OK, *TRANSIENT, UNAUTHORIZED_ECHO, BAD_REQUEST, DROP, RATE_LIMIT_BARE, SLOW_BODY)
 
 COMPLETIONS_PATH = "/v1/completions"
 _ACTION_LINE = re.compile(r"^Action \(a_t\): (.*)$", re.MULTILINE)

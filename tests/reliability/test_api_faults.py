@@ -30,20 +30,7 @@ from tests.reliability.project import make_trajectories
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 KEY_ENV = "DREAMGYM_RELIABILITY_KEY"
 KEY = "sk-reliability-fault-key-000000"
-STORM = [
-    fk.DELAY,
-    fk.RATE_LIMIT,
-    fk.RATE_LIMIT_BARE,
-    fk.SERVER_ERROR,
-    fk.UNAVAILABLE,
-    fk.TRUNCATED,
-    fk.TRUNCATED_JSON,
-    fk.NON_JSON,
-    fk.MALFORMED,
-    fk.LENGTH,
-    fk.DROP,
-    fk.SLOW_BODY,
-]
+STORM = [*fk.TRANSIENT, fk.RATE_LIMIT_BARE, fk.DROP, fk.SLOW_BODY]
 # what the failures file says for a transition whose every attempt hit this fault
 ERRORS = ("timeout", "HTTP 429", "HTTP 500", "HTTP 503", "connection error",
           "bad response body", "malformed answer")  # fmt: skip

@@ -89,20 +89,7 @@ def test_success_path_with_token_and_cost_accounting(api_key, fake_openai, tmp_p
         assert rec.body["messages"][0]["role"] == "system"
 
 
-@pytest.mark.parametrize(
-    "fault",
-    [
-        fk.DELAY,
-        fk.RATE_LIMIT,
-        fk.SERVER_ERROR,
-        fk.UNAVAILABLE,
-        fk.TRUNCATED,
-        fk.TRUNCATED_JSON,
-        fk.NON_JSON,
-        fk.MALFORMED,
-        fk.LENGTH,
-    ],
-)
+@pytest.mark.parametrize("fault", fk.TRANSIENT)
 def test_each_fault_is_retried_then_succeeds(api_key, fake_openai, fault) -> None:
     srv = fake_openai(faults=[fault, fault], api_key=api_key, delay_s=1.5, retry_after_s=0.2)
     cfg = openai_teacher_config(srv.base_url, timeout_s=0.3, max_retries=2, concurrency=1)
