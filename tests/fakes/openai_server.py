@@ -265,56 +265,29 @@ class _Handler(BaseHTTPRequestHandler):
     def _completion(
         self, body: dict[str, Any], answer: str, fault: str, finish_reason: str = "stop"
     ) -> dict[str, Any]:
+        """A chat completion, or a text one on ``/v1/completions``; usage counted, served."""
         st = self.server.state
         stop_reason = None
         if st.honor_stop:
             answer, finish_reason, stop_reason = _apply_stop(body, answer, finish_reason)
-        if self.path.rstrip("/") == COMPLETIONS_PATH:
-            return self._text_completion(body, answer, fault, finish_reason, stop_reason)
-        prompt = " ".join(str(m.get("content", "")) for m in body.get("messages", []))
+        text = self.path.rstrip("/") == COMPLETIONS_PATH
+        choice: dict[str, Any] = {"index": 0}
+        if text:
+            prompt = str(body.get("prompt", ""))
+            choice |= {"text": answer, "finish_reason": finish_reason, "stop_reason": stop_reason}
+        else:
+            prompt = " ".join(str(m.get("content", "")) for m in body.get("messages", []))
+            choice["message"] = {"role": "assistant", "content": answer}
+            choice["finish_reason"] = finish_reason
+            if st.honor_stop:
+                choice["stop_reason"] = stop_reason  # vLLM names the stop string that matched
         usage = {"prompt_tokens": count_tokens(prompt), "completion_tokens": count_tokens(answer)}
         usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
         with st.lock:
             st.served.append({"fault": fault, **usage})
-        choice: dict[str, Any] = {
-            "index": 0,
-            "message": {"role": "assistant", "content": answer},
-            "finish_reason": finish_reason,
-        }
-        if st.honor_stop:
-            choice["stop_reason"] = stop_reason  # vLLM names the stop string that matched
         return {
-            "id": f"chatcmpl-fake-{len(st.served)}",
-            "object": "chat.completion",
-            "created": int(time.time()),
-            "model": body.get("model", "fake-model"),
-            "choices": [choice],
-            "usage": usage,
-        }
-
-    def _text_completion(
-        self,
-        body: dict[str, Any],
-        answer: str,
-        fault: str,
-        finish_reason: str,
-        stop_reason: str | None,
-    ) -> dict[str, Any]:
-        st = self.server.state
-        prompt = str(body.get("prompt", ""))
-        usage = {"prompt_tokens": count_tokens(prompt), "completion_tokens": count_tokens(answer)}
-        usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
-        with st.lock:
-            st.served.append({"fault": fault, **usage})
-        choice = {
-            "index": 0,
-            "text": answer,
-            "finish_reason": finish_reason,
-            "stop_reason": stop_reason,
-        }
-        return {
-            "id": f"cmpl-fake-{len(st.served)}",
-            "object": "text_completion",
+            "id": f"{'cmpl' if text else 'chatcmpl'}-fake-{len(st.served)}",
+            "object": "text_completion" if text else "chat.completion",
             "created": int(time.time()),
             "model": body.get("model", "fake-model"),
             "choices": [choice],
