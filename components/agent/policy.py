@@ -13,7 +13,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from components.experience.format import diagnose_tags
+from components.experience.format import checked_reasoning, diagnose_tags
 
 SYSTEM_PROMPT = (
     "You are an agent acting in a text environment. Read the task, the recent history, the "
@@ -125,12 +125,7 @@ def parse_answer(text: str, with_reasoning: bool = True) -> Decision:
         raise MalformedActionError("non-printable character in <action>")
     if len(action) > MAX_ACTION_CHARS:
         raise MalformedActionError(f"action longer than {MAX_ACTION_CHARS} characters")
-    for name in ("think", "action"):
-        if groups.get(name) and _TAG.search(groups[name]):
-            raise MalformedActionError(f"nested tag inside <{name}>")
-    reasoning = groups["think"].strip() if with_reasoning else None
-    if with_reasoning and not reasoning:
-        raise MalformedActionError("empty <think>")
+    reasoning = checked_reasoning(groups, "action", with_reasoning, _TAG, MalformedActionError)
     return Decision(action=action, reasoning=reasoning)
 
 

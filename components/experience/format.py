@@ -185,12 +185,7 @@ def parse_answer(
     body = groups["state"].strip()
     if not body:
         raise MalformedOutputError("empty <state>")
-    for name in ("think", "state"):
-        if groups.get(name) and _TAG.search(groups[name]):
-            raise MalformedOutputError(f"nested tag inside <{name}>")
-    reasoning = groups["think"].strip() if with_reasoning else None
-    if with_reasoning and not reasoning:
-        raise MalformedOutputError("empty <think>")
+    reasoning = checked_reasoning(groups, "state", with_reasoning, _TAG, MalformedOutputError)
     next_state = decode_state(state, body, state_target)
     return Prediction(reasoning=reasoning, next_state=next_state, reward=int(reward_text))
 
@@ -218,6 +213,24 @@ class ChatExample(ChatPrompt):
     def to_sft(self) -> dict[str, Any]:
         """The conversational prompt/completion record TRL trains on (completion-only loss)."""
         return {"prompt": self.prompt(), "completion": assistant_turn(self.answer)}
+
+
+def checked_reasoning(
+    groups: dict[str, Any],
+    body: str,
+    with_reasoning: bool,
+    tags: re.Pattern[str],
+    error: type[ValueError],
+) -> str | None:
+    """The ``<think>`` text of a parsed answer (None without reasoning); ``error`` if it or
+    the ``<body>`` part holds one of the answer's ``tags``, or if the reasoning is empty."""
+    for name in ("think", body):
+        if groups.get(name) and tags.search(groups[name]):
+            raise error(f"nested tag inside <{name}>")
+    reasoning = groups["think"].strip() if with_reasoning else None
+    if with_reasoning and not reasoning:
+        raise error("empty <think>")
+    return reasoning
 
 
 def diagnose_tags(text: str, tags: Sequence[str], with_reasoning: bool) -> str:
