@@ -149,6 +149,10 @@ def build_corpus(n_valid: int = 12, n_fuzz: int = 0, seed: int = 0) -> list[Corp
     add("injection_episode_id", _dump(_obj(t)), INGEST, eid=INJECTION_EPISODE_ID)
     t = ids.traj()
     add("ascii_escaped_valid", json.dumps(_obj(t)).encode(), INGEST, eid=t.episode_id)
+    goal_less = _obj(ids.traj())  # a user's game without a goal: an empty instruction
+    for s in goal_less["steps"]:
+        s["instruction"] = ""
+    add("goal_less_valid", _dump(goal_less), INGEST, eid=goal_less["episode_id"])
     t = ids.traj()
     padded = b"  \t" + _dump(_obj(t)) + b"   "
     add("whitespace_padded_valid", padded, INGEST, eid=t.episode_id)
@@ -222,7 +226,8 @@ def build_corpus(n_valid: int = 12, n_fuzz: int = 0, seed: int = 0) -> list[Corp
     bad_step("action_huge", "between(action_len)", {(1, "action"): "go " * 5_000})
     bad_step("state_huge", "between(state_len)", {(1, "state"): "s" * (CFG.max_state_chars + 1)})
     bad_step("state_empty", "between(state_len)", {(1, "state"): ""})
-    bad_step("instruction_empty", "between(instruction_len)", {(0, "instruction"): ""})
+    huge = "i" * (CFG.max_state_chars + 1)  # an empty one is a goal-less game: valid
+    bad_step("instruction_huge", "between(instruction_len)", {(0, "instruction"): huge})
     bad_step("done_early", "done_before_end", {(0, "done"): True})
     bad_step("reward_not_done", "reward_without_done", {(0, "reward"): 1})
     bad_step("steps_swapped", "in_set(step_in_order)", {(1, "step_index"): 2, (2, "step_index"): 1})
