@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 import random
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from components.experience.format import (
@@ -43,12 +43,7 @@ class PromptSettings:
 
     def as_dict(self) -> dict[str, Any]:
         """Plain data (saved next to the trained model)."""
-        return {
-            "history_len": self.history_len,
-            "k": self.k,
-            "with_reasoning": self.with_reasoning,
-            "state_target": self.state_target,
-        }
+        return asdict(self)
 
 
 @dataclass(frozen=True)
