@@ -239,7 +239,7 @@ def train_dpo_policy(
 ) -> tuple[Any, DPOResult]:
     """DPO from ``model`` (the SFT policy, also the reference); resumes a same-fingerprint run."""
     from components.experience.sft import prepare_checkpoints
-    from components.lm.training import timed_train
+    from components.lm.training import first_last, timed_train
 
     resume = prepare_checkpoints(checkpoint_dir, fingerprint)
     trainer, dropped = make_dpo_trainer(model, tokenizer, pairs, acfg, checkpoint_dir)
@@ -248,15 +248,9 @@ def train_dpo_policy(
     if acfg.lora:
         trained = trained.merge_and_unload()  # a plain model: inference needs no peft
     trained = plain_forward(trained)
-    logs = [h for h in trainer.state.log_history if "loss" in h]
-
-    def first_last(key: str) -> tuple[float | None, float | None]:
-        values = [h[key] for h in logs if key in h]
-        return (values[0], values[-1]) if values else (None, None)
-
-    first_loss, last_loss = first_last("loss")
-    first_acc, last_acc = first_last("rewards/accuracies")
-    _, last_margin = first_last("rewards/margins")
+    history = trainer.state.log_history
+    first_loss, last_loss = first_last(history, "loss")
+    first_acc, last_acc = first_last(history, "rewards/accuracies")
     result = DPOResult(
         steps=trainer.state.global_step,
         seconds=seconds,
@@ -267,7 +261,7 @@ def train_dpo_policy(
         last_loss=last_loss,
         first_accuracy=first_acc,
         last_accuracy=last_acc,
-        last_margin=last_margin,
+        last_margin=first_last(history, "rewards/margins")[1],
         resumed_from=resume,
         stopped_by_time_budget=stopped,
         log_history=list(trainer.state.log_history),

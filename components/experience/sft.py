@@ -23,7 +23,13 @@ from typing import Any
 from components.agent.checkpoint import same_run
 from components.config import ExperienceConfig
 from components.experience.dataset import ExperienceExample
-from components.lm.training import lora_config, run_metrics, timed_train, trainer_args
+from components.lm.training import (
+    first_last,
+    lora_config,
+    run_metrics,
+    timed_train,
+    trainer_args,
+)
 
 log = logging.getLogger(__name__)
 
@@ -174,7 +180,7 @@ def train_sft(
     trained = trainer.model
     if cfg.lora:
         trained = trained.merge_and_unload()  # a plain model: inference needs no peft
-    losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
+    first_loss, last_loss = first_last(trainer.state.log_history, "loss")
     result = SFTResult(
         steps=trainer.state.global_step,
         seconds=seconds,
@@ -182,8 +188,8 @@ def train_sft(
         n_dropped_too_long=fit.dropped,
         n_fewer_retrieved=fit.shrunk,
         train_loss=output.training_loss,
-        first_loss=losses[0] if losses else None,
-        last_loss=losses[-1] if losses else None,
+        first_loss=first_loss,
+        last_loss=last_loss,
         eval_loss=eval_loss,
         resumed_from=resume,
         stopped_by_time_budget=stopped,

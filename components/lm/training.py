@@ -85,6 +85,13 @@ def timed_train(trainer: Any, resume: str | None, what: str) -> tuple[Any, float
     return output, time.perf_counter() - start, budget.stopped
 
 
+def first_last(log_history: Sequence[dict[str, Any]], key: str) -> tuple[Any, Any]:
+    """The first and last value of ``key`` in the trainer's training-loss log rows (rows
+    with a ``loss``); (None, None) if it was never logged."""
+    values = [h[key] for h in log_history if "loss" in h and key in h]
+    return (values[0], values[-1]) if values else (None, None)
+
+
 def run_metrics(
     result: Any, counts: dict[str, int], losses: Sequence[str], *, minutes: bool = False
 ) -> dict[str, float | int]:
