@@ -89,7 +89,8 @@ def total_variation(predicted: Sequence[str], real: Sequence[str]) -> float:
     """Total-variation distance between two empirical distributions over buckets."""
     p, q = Counter(predicted), Counter(real)
     n_p, n_q = max(len(predicted), 1), max(len(real), 1)
-    return 0.5 * sum(abs(p[b] / n_p - q[b] / n_q) for b in set(p) | set(q))
+    # sorted: a set's order varies with the hash seed, and so would the float sum's last digit
+    return 0.5 * sum(abs(p[b] / n_p - q[b] / n_q) for b in sorted(set(p) | set(q)))
 
 
 def score_prediction(example: ExperienceExample, output: str, with_reasoning: bool) -> dict:
