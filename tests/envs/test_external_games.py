@@ -32,6 +32,7 @@ from components.envs.episodic import (
 )
 from components.envs.textworld_env import LOCATION, TextWorldEnv
 from components.schema import Task, Transition
+from tests.factories import make_task
 
 pytestmark = pytest.mark.integration
 
@@ -72,19 +73,6 @@ def _sandbox(path: Path) -> None:
     maker.compile(str(path))
 
 
-def _task(name: str, path: Path, instruction: str) -> Task:
-    return Task(
-        task_id=f"external-{name}",
-        env="textworld",
-        family="external",
-        difficulty=1,
-        split="test",
-        instruction=instruction,
-        seed=0,
-        game_file=str(path),
-    )
-
-
 @pytest.fixture(scope="module")
 def games(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Game]:
     """The three tw-make games (built in parallel) and the goal-less sandbox (~10 s CPU)."""
@@ -108,7 +96,14 @@ def games(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Game]:
     for name in [*TW_MAKE_GAMES, SANDBOX]:
         game = textworld.Game.load(str(root / f"{name}.json"))
         walkthrough = list(game.metadata.get("walkthrough") or SANDBOX_WALK)
-        task = _task(name, root / f"{name}.z8", game.objective or "")
+        game_file = str(root / f"{name}.z8")
+        task = make_task(
+            f"external-{name}",
+            game.objective or "",
+            family="external",
+            split="test",
+            game_file=game_file,
+        )
         out[name] = Game(task, walkthrough, int(game.max_score))
     return out
 
