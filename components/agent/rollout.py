@@ -1,17 +1,18 @@
 """Multi-turn rollouts of the policy on any environment with the common interface.
 
-One loop serves real and synthetic environments through the *vector* interface that
-``components/experience/synthetic_env.VectorSyntheticEnv`` implements:
+One loop serves real and synthetic environments through the one batched contract,
+``VectorEnv`` (components/envs/vector.py):
 
     venv.reset(tasks) -> list[(observation, info)]            one slot per task
     venv.step(actions) -> list[(obs, reward, terminated, truncated, info) | None]
                                                                one action per slot, None for
                                                                finished slots (they return None)
-    venv.active -> list[bool]  (optional)                      slots still running
+    venv.active -> list[bool]                                  slots still running
+    venv.real_steps -> int                                     real interactions (0: synthetic)
 
-``EnvList`` makes a list of ordinary ``Env`` instances (components/envs/base.py, e.g. real
-TextWorld games) look like that, stepping them one by one, and counts every real step it
-takes (``real_steps``); an env without that attribute (the synthetic one) counts 0.
+``EnvList`` (same module) puts ordinary ``Env`` instances (e.g. real TextWorld games)
+behind it and counts every real step; the synthetic envs (``GroundedVectorEnv``,
+``VectorSyntheticEnv``) implement it directly and count 0.
 
 Each turn records what the policy saw and produced: the prompt token ids (the rendered
 task, history, state and admissible actions, i.e. environment text: never trained on),
@@ -23,18 +24,16 @@ rewards: 1 only when the task was completed).
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from components.agent.policy import Observation
 from components.agent.policy_model import ActResult, TokenScores
-from components.envs.base import ADMISSIBLE, VALID, Env, EnvError, step_won
+from components.envs.base import ADMISSIBLE, VALID, step_won
+from components.envs.vector import ENV_ERROR, VectorEnv
 from components.episodes import task_trajectory, task_transition
 from components.schema import Provenance, Source, Task, Trajectory, stable_id
-
-ENV_ERROR = "env_error"  # info key: the env process failed, the episode ended as a failure
-StepTuple = tuple[str, float, bool, bool, dict[str, Any]]
 
 
 class TrainablePolicy(Protocol):
@@ -89,121 +88,6 @@ class TrainablePolicy(Protocol):
     def save(self, out_dir: Any) -> None:
         """Save a loadable policy directory."""
         ...
-
-
-class VectorEnv(Protocol):
-    """Many episodes stepped together (see the module docstring)."""
-
-    def reset(self, tasks: Sequence[Task]) -> list[tuple[str, dict[str, Any]]]:
-        """Start one episode per task."""
-        ...
-
-    def step(self, actions: Sequence[str | None]) -> Sequence[StepTuple | None]:
-        """One action per slot (None for finished slots)."""
-        ...
-
-
-class EnvList:
-    """Plain ``Env`` instances behind the vector interface; counts real steps.
-
-    Slots get an env that last ran the same task when one is free (TextWorld keeps the
-    game loaded), else any free env; missing envs come from ``factory``. An ``EnvError``
-    ends that episode as a failure (reward 0, terminated, ``info[ENV_ERROR]``); the step
-    that raised still counts as a real interaction.
-    """
-
-    def __init__(
-        self,
-        envs: Sequence[Env] = (),
-        factory: Callable[[], Env] | None = None,
-        *,
-        real: bool = True,
-    ) -> None:
-        if not envs and factory is None:
-            raise ValueError("EnvList needs envs or a factory")
-        self.envs: list[Env] = list(envs)
-        self.factory = factory
-        self.real = real  # False for a list of synthetic single envs (no real steps counted)
-        self.real_steps = 0
-        self.real_resets = 0
-        self._last_task: list[str | None] = [None] * len(self.envs)
-        self._slots: list[int] = []  # slot -> env index
-        self._live: list[bool] = []
-
-    @property
-    def active(self) -> list[bool]:
-        """Per slot: the episode is still running."""
-        return list(self._live)
-
-    @property
-    def done(self) -> bool:
-        """Every episode has finished."""
-        return not any(self._live)
-
-    def _assign(self, tasks: Sequence[Task]) -> list[int]:
-        while len(self.envs) < len(tasks):
-            if self.factory is None:
-                raise ValueError(f"{len(tasks)} tasks but only {len(self.envs)} envs")
-            self.envs.append(self.factory())
-            self._last_task.append(None)
-        free = set(range(len(self.envs)))
-        slots: list[int | None] = [None] * len(tasks)
-        for s, task in enumerate(tasks):  # prefer an env that already has this game loaded
-            match = next((e for e in sorted(free) if self._last_task[e] == task.task_id), None)
-            if match is not None:
-                slots[s] = match
-                free.discard(match)
-        for s in range(len(tasks)):
-            if slots[s] is None:
-                slots[s] = min(free)
-                free.discard(slots[s])
-        return [int(e) for e in slots if e is not None]
-
-    def reset(self, tasks: Sequence[Task]) -> list[tuple[str, dict[str, Any]]]:
-        """Reset one env per task."""
-        self._slots = self._assign(tasks)
-        self._live = [True] * len(tasks)
-        out: list[tuple[str, dict[str, Any]]] = []
-        for s, (task, e) in enumerate(zip(tasks, self._slots, strict=True)):
-            self._last_task[e] = task.task_id
-            self.real_resets += self.real
-            try:
-                out.append(self.envs[e].reset(task))
-            except EnvError as err:
-                self._live[s] = False
-                self._last_task[e] = None
-                out.append(("", {ENV_ERROR: str(err)}))
-        return out
-
-    def step(self, actions: Sequence[str | None]) -> list[StepTuple | None]:
-        """Step every live slot that got an action, one env after the other."""
-        if len(actions) != len(self._slots):
-            raise ValueError(f"{len(actions)} actions for {len(self._slots)} slots")
-        out: list[StepTuple | None] = [None] * len(actions)
-        for s, action in enumerate(actions):
-            if not self._live[s] or action is None:
-                continue
-            env_index = self._slots[s]
-            self.real_steps += self.real
-            try:
-                obs, reward, terminated, truncated, info = self.envs[env_index].step(action)
-            except EnvError as err:
-                self._last_task[env_index] = None
-                obs, reward, terminated, truncated, info = "", 0, True, False, {ENV_ERROR: str(err)}
-            out[s] = (obs, reward, terminated, truncated, info)
-            if terminated or truncated:
-                self._live[s] = False
-        return out
-
-    def close(self) -> None:
-        """Close every env."""
-        for env in self.envs:
-            env.close()
-
-
-def real_steps_of(venv: Any) -> int:
-    """Real env steps a vector env has taken so far (0 for a synthetic env)."""
-    return int(getattr(venv, "real_steps", 0))
 
 
 @dataclass
@@ -339,12 +223,12 @@ def collect_rollouts(
     with an empty action, so prefer the env's own ``max_steps``.
     """
     start = time.perf_counter()
-    steps_before = real_steps_of(venv)
+    steps_before = venv.real_steps
     groups = list(groups) if groups is not None else list(range(len(tasks)))
     t_env = time.perf_counter()
     first = venv.reset(list(tasks))
     env_seconds = time.perf_counter() - t_env
-    live = list(getattr(venv, "active", [True] * len(tasks)))
+    live = list(venv.active)
     episodes = [
         Episode(task=t, group=g, initial_state=obs, env_error=info.get(ENV_ERROR))
         for t, g, (obs, info) in zip(tasks, groups, first, strict=True)
@@ -388,7 +272,7 @@ def collect_rollouts(
                 ep.won = won
     return RolloutBatch(
         episodes=episodes,
-        real_steps=real_steps_of(venv) - steps_before,
+        real_steps=venv.real_steps - steps_before,
         seconds=time.perf_counter() - start,
         policy_seconds=policy_seconds,
         env_seconds=env_seconds,

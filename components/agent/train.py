@@ -28,21 +28,16 @@ import shutil
 import time
 from collections.abc import Callable, Hashable, Sequence
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from components.agent import checkpoint
 from components.agent.grpo import GRPO, GRPOConfig
 from components.agent.ppo import PPO, PPOConfig
 from components.agent.rl import RUNTIME_FIELDS, seed_everything, seed_int, update_kl
-from components.agent.rollout import (
-    EnvList,
-    RolloutBatch,
-    TrainablePolicy,
-    VectorEnv,
-    collect_rollouts,
-)
+from components.agent.rollout import RolloutBatch, TrainablePolicy, collect_rollouts
 from components.config import RLAlgoConfig
 from components.envs.base import Env
+from components.envs.vector import EnvList, VectorEnv
 from components.schema import Task
 
 log = logging.getLogger(__name__)
@@ -54,6 +49,7 @@ SNAPSHOT_DIR = "snapshots"
 LogFn = Callable[[dict[str, float], int], None]
 
 
+@runtime_checkable
 class TaskSampler(Protocol):
     """A stateful task source (e.g. components/curriculum/sampling.VarianceTaskSampler)."""
 
@@ -91,12 +87,12 @@ def make_learner(
     raise TypeError(f"unknown RL config {type(cfg).__name__}")
 
 
-def as_vector_env(env: EnvSource) -> tuple[Any, bool]:
+def as_vector_env(env: EnvSource) -> tuple[VectorEnv, bool]:
     """(vector env, created here): a VectorEnv as is; Env lists/factories in an EnvList.
 
     Only envs made here from a factory are closed at the end; the caller owns the others.
     """
-    if hasattr(env, "reset") and hasattr(env, "step"):
+    if isinstance(env, VectorEnv):
         return env, False
     if callable(env):
         return EnvList(factory=env), True
@@ -107,8 +103,8 @@ def task_batch(
     tasks: TaskSource, iteration: int, cfg: RLAlgoConfig
 ) -> tuple[list[Task], list[int]]:
     """This round's episodes' tasks (each repeated ``rollouts_per_task`` times) and groups."""
-    if hasattr(tasks, "sample") and hasattr(tasks, "update"):
-        distinct = list(tasks.sample(iteration, cfg.tasks_per_iteration))  # type: ignore[union-attr]
+    if isinstance(tasks, TaskSampler):
+        distinct = list(tasks.sample(iteration, cfg.tasks_per_iteration))
     elif callable(tasks):
         distinct = list(tasks(iteration))
     else:
@@ -158,7 +154,7 @@ def train_rl(
     ckpt_dir = out_dir / CHECKPOINT_DIR
     learner = make_learner(policy, cfg, group_fn)  # the reference is copied before resuming
     venv, owned = as_vector_env(env)
-    sampler = tasks if hasattr(tasks, "update") and hasattr(tasks, "state_dict") else None
+    sampler = tasks if isinstance(tasks, TaskSampler) else None
     start_iteration, real_steps, history = 0, 0, []
     resumed_from = checkpoint.prepare(ckpt_dir, fingerprint_of(cfg, fingerprint))
     if resumed_from is not None:

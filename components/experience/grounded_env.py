@@ -231,6 +231,3 @@ class GroundedVectorEnv(EpisodeSlots[_Slot]):
             self._counts.clear()
             self._seconds = 0.0
         return out
-
-    def close(self) -> None:
-        """Nothing to release."""

@@ -208,7 +208,15 @@ E = TypeVar("E", bound=EpisodeRecord)
 
 
 class EpisodeSlots(Generic[E]):
-    """The slots of a batch of synthetic episodes (the env's ``reset``/``step`` fill them)."""
+    """The slots of a batch of synthetic episodes (the env's ``reset``/``step`` fill them).
+
+    With ``reset``/``step``/``close`` a subclass is a ``VectorEnv`` (components/envs/vector.py).
+    """
+
+    real_steps = 0  # a synthetic env never touches a real one
+
+    def close(self) -> None:
+        """Nothing to release (the model belongs to the caller)."""
 
     def __init__(self, env_name: str, namespace: str) -> None:
         self.name = env_name

@@ -33,8 +33,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from components.agent.rollout import ENV_ERROR, EnvList, StepTuple
 from components.config import Config, Paths, RLAlgoConfig
+from components.envs.vector import ENV_ERROR, EnvList, StepTuple
 from components.schema import Task, Trajectory, read_jsonl, write_jsonl
 from components.stages.agent import (
     AGENT_DIR,

@@ -12,7 +12,7 @@ from components.agent.policy import PolicySettings, render_answer
 from components.agent.policy_model import MALFORMED_ACTION, ActResult, PolicyModel
 from components.agent.ppo import gae, normalize
 from components.agent.rl import clipped_token_loss, flatten
-from components.agent.rollout import EnvList, collect_rollouts
+from components.agent.rollout import collect_rollouts
 from components.agent.train import (
     CHECKPOINT_DIR,
     POLICY_DIR,
@@ -21,6 +21,7 @@ from components.agent.train import (
     snapshot_file,
     train_rl,
 )
+from components.envs.vector import EnvList
 from tests.agent.rl_env import TARGET, WORDS, MagicWordEnv, first_observation, magic_task
 from tests.factories import grpo_config, ppo_config
 

@@ -12,12 +12,24 @@ from typing import Any
 import pytest
 
 from components.agent.rl import flatten
-from components.agent.rollout import ENV_ERROR, collect_rollouts
+from components.agent.rollout import collect_rollouts
 from components.config import Config, Paths, load_config
+from components.envs.vector import ENV_ERROR
 from components.stages.rl import BUDGET_CUT, CappedEnvList
 from tests.agent.rl_env import MagicWordEnv, magic_task
 
 ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_one_vector_env_contract_tells_a_batch_from_a_single_env() -> None:
+    from components.agent.train import as_vector_env
+    from components.envs.vector import EnvList, VectorEnv
+
+    envs = EnvList([MagicWordEnv()])
+    assert isinstance(envs, VectorEnv) and not isinstance(MagicWordEnv(), VectorEnv)
+    assert as_vector_env(envs) == (envs, False)  # the caller's: not closed by train_rl
+    made, owned = as_vector_env(MagicWordEnv)  # a factory: a pool made (and closed) here
+    assert isinstance(made, EnvList) and owned
 
 
 def test_capped_env_list_takes_exactly_its_budget() -> None:
@@ -293,7 +305,7 @@ class _PartialScoreEnv(MagicWordEnv):
 
 def test_a_partial_score_is_a_reward_but_not_a_win(magic_policy) -> None:
     from components.agent.evaluate import apply_answer, start_episode
-    from components.agent.rollout import EnvList
+    from components.envs.vector import EnvList
 
     task = magic_task(target="never-said")  # the policy only says WORDS: it never wins
     batch = collect_rollouts(

@@ -8,9 +8,10 @@ import pytest
 
 from components.agent.policy import PolicySettings
 from components.agent.policy_model import MALFORMED_ACTION, PolicyModel
-from components.agent.rollout import EnvList, collect_rollouts
+from components.agent.rollout import collect_rollouts
 from components.agent.train import train_rl
 from components.envs.textworld_env import TextWorldEnv
+from components.envs.vector import EnvList
 from tests.factories import grpo_config, ppo_config
 from tests.integration.textworld_suite import Suite, suite_config
 

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 import numpy as np
 import pytest
 
+from components.envs.vector import VectorEnv
 from components.experience.grounded import (
     EDIT,
     MAP,
@@ -520,6 +521,7 @@ def test_episodes_stepped_together_equal_episodes_stepped_alone(model):
     tasks = _env_tasks(model)
     seeds = list(range(len(tasks)))
     together = GroundedVectorEnv(model, max_steps=15)
+    assert isinstance(together, VectorEnv) and together.real_steps == 0  # the one contract
     batched = _run(together, tasks, seeds)
     alone, alone_trajs = [], []
     for task, seed in zip(tasks, seeds, strict=True):

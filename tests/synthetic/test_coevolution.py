@@ -6,6 +6,7 @@ import pytest
 
 from components.buffer.embedders import embed_text
 from components.config import AblationConfig, BufferConfig, SyntheticEnvConfig
+from components.envs.vector import VectorEnv
 from components.experience.coevolution import (
     append_iteration,
     coevolution_enabled,
@@ -31,9 +32,11 @@ def _rollouts(buf, index, tasks, seen):
         prompt=SETTINGS,
         retriever=buffer_retriever(buf, env="textworld"),
     )
+    assert isinstance(venv, VectorEnv)  # the contract rollouts drive (components/envs/vector.py)
     venv.reset(tasks)
     while not venv.done:
         venv.step(["climb ladder"] * len(tasks))
+    assert venv.real_steps == 0
     return venv
 
 
