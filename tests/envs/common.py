@@ -14,6 +14,7 @@ import pytest
 from components.config import Config, EnvConfig
 from components.config.small import small_config
 from components.data.collect import collect
+from components.envs import make_env
 from components.envs.base import EnvError
 from components.schema import Task, Trajectory, read_jsonl
 from tests.fakes.agentgym_server import serve
@@ -33,6 +34,27 @@ def env_config(
         splits=("train",),
         workers=1,
     )
+
+
+def module_env_fixtures(
+    config: Callable[[], Config], generate: Callable[..., list[Task]], folder: str
+) -> tuple[Any, Any]:
+    """A real env's test-module fixtures: ``suite`` (``generate``'s task suite of
+    ``config()``, written to a fresh ``folder``) and ``env`` (one env shared by the module's
+    tests, closed afterwards); a module binds both names:
+    ``suite, env = module_env_fixtures(...)``."""
+
+    @pytest.fixture(scope="module")
+    def suite(tmp_path_factory: pytest.TempPathFactory) -> list[Task]:
+        return generate(config(), tmp_path_factory.mktemp(folder), progress=False)
+
+    @pytest.fixture(scope="module")
+    def env() -> Iterator[Any]:
+        e = make_env(config().env)
+        yield e
+        e.close()
+
+    return suite, env
 
 
 def collected(

@@ -7,7 +7,6 @@ from pathlib import Path
 import pytest
 
 from components.config import Config, EnvConfig, MiniWoBConfig, SplitCountsConfig
-from components.envs import make_env
 from components.envs.base import ADMISSIBLE, FEEDBACK, LOST, VALID, WON
 from components.envs.miniwob_env import (
     DEFAULT_CHROME,
@@ -23,6 +22,7 @@ from tests.envs.common import (
     assert_replay_matches_live,
     collected,
     env_config,
+    module_env_fixtures,
 )
 
 HAVE_BROWSER = Path(DEFAULT_CHROME).exists() and Path(DEFAULT_CHROMEDRIVER).exists()
@@ -41,18 +41,9 @@ def _config(tasks: tuple[str, ...] = TASKS) -> Config:
     return env_config(EnvConfig(name="miniwob", max_steps=10, miniwob=mw))
 
 
-@pytest.fixture(scope="module")
-def suite(tmp_path_factory: pytest.TempPathFactory) -> list[Task]:
-    """One seed per split of each task, instructions read from the real pages."""
-    return generate_task_suite(_config(), tmp_path_factory.mktemp("mw"), progress=False)
-
-
-@pytest.fixture(scope="module")
-def env():
-    """One browser shared by the tests of this module."""
-    e = make_env(_config().env)
-    yield e
-    e.close()
+# suite: one seed per split of each task, instructions read from the real pages.
+# env: one browser shared by the tests of this module
+suite, env = module_env_fixtures(_config, generate_task_suite, "mw")
 
 
 def _task(suite: list[Task], family: str, split: str = "train") -> Task:

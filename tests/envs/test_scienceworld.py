@@ -8,7 +8,6 @@ from pathlib import Path
 import pytest
 
 from components.config import Config, EnvConfig, ScienceWorldConfig, SplitCountsConfig
-from components.envs import make_env
 from components.envs.base import ADMISSIBLE, FEEDBACK, LOST, NORM_SCORE, REWARD_SCORE, VALID, WON
 from components.envs.episodic import META_FEEDBACK
 from components.envs.scienceworld_env import ScienceWorldEnv
@@ -19,6 +18,7 @@ from tests.envs.common import (
     assert_replay_matches_live,
     collected,
     env_config,
+    module_env_fixtures,
 )
 
 pytestmark = [
@@ -39,18 +39,9 @@ def _config(max_steps: int = 20) -> Config:
     return env_config(EnvConfig(name="scienceworld", max_steps=max_steps, scienceworld=sw))
 
 
-@pytest.fixture(scope="module")
-def suite(tmp_path_factory: pytest.TempPathFactory) -> list[Task]:
-    """One variation per split of find-non-living-thing, gold paths verified (~10-20 s)."""
-    return generate_task_suite(_config(), tmp_path_factory.mktemp("sw"), progress=False)
-
-
-@pytest.fixture(scope="module")
-def env():
-    """One engine (JVM) shared by the tests of this module."""
-    e = make_env(_config().env)
-    yield e
-    e.close()
+# suite: one variation per split of find-non-living-thing, gold paths verified (~10-20 s).
+# env: one engine (JVM) shared by the tests of this module
+suite, env = module_env_fixtures(_config, generate_task_suite, "sw")
 
 
 def _train(suite: list[Task]) -> Task:
