@@ -177,6 +177,23 @@ def _pct(x: float) -> str:
     return f"{100 * x:.1f}"
 
 
+def success_cell(row: Mapping[str, Any]) -> str:
+    """A row's success % with its 95% CI: ``40.0 (30.0-50.0)``."""
+    return f"{_pct(row['success'])} ({_pct(row['ci_low'])}-{_pct(row['ci_high'])})"
+
+
+def greedy_cell(row: Mapping[str, Any]) -> str:
+    """A row's greedy success % (``n/a`` when greedy decoding was not run)."""
+    return _pct(row["greedy"]["success"]) if "greedy" in row else "n/a"
+
+
+def diff_cell(diff: Mapping[str, Any] | None) -> str:
+    """A paired difference in points with its 95% CI: ``+5.0 (-1.0, +11.0)`` (empty: none)."""
+    if not diff:
+        return ""
+    return f"{100 * diff['diff']:+.1f} ({100 * diff['ci_low']:+.1f}, {100 * diff['ci_high']:+.1f})"
+
+
 def markdown(table: Table) -> str:
     """The table as markdown, one section per env; methods not evaluated say so."""
     lines: list[str] = []
@@ -196,19 +213,12 @@ def markdown(table: Table) -> str:
             if r is None:
                 lines.append(f"| {LABELS[method]} | not evaluated | | | | | | |")
                 continue
-            greedy = _pct(r["greedy"]["success"]) if "greedy" in r else "n/a"
-            vs = r.get("vs_sft")
-            vs_sft = (
-                f"{100 * vs['diff']:+.1f} ({100 * vs['ci_low']:+.1f}, {100 * vs['ci_high']:+.1f})"
-                if vs
-                else ""
-            )
             vr = r.get("vs_random")
             vs_random = f"{100 * vr['diff']:+.1f}" if vr else ""
             steps = "n/a" if r["real_steps"] is None else f"{int(r['real_steps']):,}"
             lines.append(
-                f"| {LABELS[method]} | {_pct(r['success'])} ({_pct(r['ci_low'])}-"
-                f"{_pct(r['ci_high'])}) | {greedy} | {vs_sft} | {vs_random} | {r['episodes']} "
+                f"| {LABELS[method]} | {success_cell(r)} | {greedy_cell(r)} "
+                f"| {diff_cell(r.get('vs_sft'))} | {vs_random} | {r['episodes']} "
                 f"| {r['seeds']} | {steps} |"
             )
         lines.append("")

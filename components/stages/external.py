@@ -163,12 +163,10 @@ def success_table(rows: list[dict[str, Any]]) -> dict[str, Any]:
     return table
 
 
-def _pct(x: float) -> str:
-    return f"{100 * x:.1f}"
-
-
 def markdown(table: dict[str, Any], about: dict[str, Any]) -> str:
     """The success table as markdown, the policy's row first."""
+    from components.agent.table1 import diff_cell, greedy_cell, success_cell
+
     lines = [
         f"### {about['policy']} on {about['n_tasks']} external tasks ({about['env']})",
         "",
@@ -184,17 +182,9 @@ def markdown(table: dict[str, Any], about: dict[str, Any]) -> str:
         if r is None:
             lines.append(f"| {labels[method]} | not evaluated | | | | | |")
             continue
-        greedy = _pct(r["greedy"]["success"]) if "greedy" in r else "n/a"
-        vr = r.get("vs_random")
-        vs = (
-            f"{100 * vr['diff']:+.1f} ({100 * vr['ci_low']:+.1f}, {100 * vr['ci_high']:+.1f})"
-            if vr
-            else ""
-        )
         lines.append(
-            f"| {labels[method]} | {_pct(r['success'])} ({_pct(r['ci_low'])}-"
-            f"{_pct(r['ci_high'])}) | {greedy} | {vs} | {r['episodes']} "
-            f"| {r['tasks']} | {r['seeds']} |"
+            f"| {labels[method]} | {success_cell(r)} | {greedy_cell(r)} "
+            f"| {diff_cell(r.get('vs_random'))} | {r['episodes']} | {r['tasks']} | {r['seeds']} |"
         )
     return "\n".join(lines) + "\n"
 
