@@ -12,13 +12,27 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from components.envs.base import EnvError, StepResult
+from components.config.data import RewardMode
+from components.envs.base import (
+    ADMISSIBLE,
+    FEEDBACK,
+    LOST,
+    NORM_SCORE,
+    REWARD_WON,
+    VALID,
+    WON,
+    EnvError,
+    StepResult,
+    step_reward,
+)
 from components.schema import Task
 
 # reward: 1/0 with reward = "won" (the default), the normalised score gain with "score"
 Step = tuple[str, float, bool, bool, dict[str, Any]]
 NOT_RUNNING = "step() called before reset() or after the episode ended"
 _WS = re.compile(r"\s+")
+LOCATION = "location"  # extra info key of the room-based envs: the current room's name
+MOVES = "moves"  # extra info key: steps taken in this episode
 
 # Out-of-world commands of interactive-fiction engines (Inform7 / Z-machine) and simulators:
 # they end, restart or rewind the session (quit locks the game in a yes/no prompt, restart
@@ -71,14 +85,16 @@ class EpisodicEnv:
     # replayed one (one step per call instead of a reset plus the whole prefix).
     continue_replay = True
 
-    def __init__(self, max_steps: int) -> None:
+    def __init__(self, max_steps: int, reward: RewardMode = REWARD_WON) -> None:
         if max_steps < 1:
             raise ValueError("max_steps must be >= 1")
         self.max_steps = max_steps
+        self.reward = reward
         self._task: Task | None = None
         self._history: list[str] = []
         self._admissible: list[str] | None = []
         self._done = True
+        self._norm_score = 0.0  # the game's normalised score (0-1) after the last step
 
     def reset(self, task: Task, seed: int | None = None) -> tuple[str, dict[str, Any]]:
         """Start an episode of ``task``."""
@@ -101,6 +117,35 @@ class EpisodicEnv:
     def step(self, action: str) -> Step:
         """Apply ``action``; returns (observation, reward, terminated, truncated, info)."""
         return self._advance(action, self.max_steps)
+
+    def _scored(self, won: bool, norm_score: float) -> float:
+        """The step's reward under ``self.reward``; ``norm_score`` becomes the score."""
+        previous, self._norm_score = self._norm_score, norm_score
+        return step_reward(self.reward, won, norm_score, previous)
+
+    def _room_info(
+        self,
+        valid: bool,
+        won: bool,
+        lost: bool,
+        feedback: str,
+        location: str,
+        norm_score: float,
+        extra: dict[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        """The info of a room-based env's step (TextWorld, ScienceWorld): the shared keys,
+        ``LOCATION``, ``MOVES``, the env's ``extra`` keys, then ``NORM_SCORE``."""
+        return {
+            ADMISSIBLE: list(self._admissible or []),
+            VALID: valid,
+            WON: won,
+            LOST: lost,
+            FEEDBACK: feedback,
+            LOCATION: location,
+            MOVES: len(self._history),
+            **(extra or {}),
+            NORM_SCORE: norm_score,
+        }
 
     @property
     def admissible_actions(self) -> list[str]:

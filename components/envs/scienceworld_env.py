@@ -44,17 +44,7 @@ import re
 from typing import Any
 
 from components.config.data import RewardMode
-from components.envs.base import (
-    ADMISSIBLE,
-    FEEDBACK,
-    LOST,
-    NORM_SCORE,
-    REWARD_WON,
-    VALID,
-    WON,
-    EnvError,
-    step_reward,
-)
+from components.envs.base import REWARD_WON, EnvError
 from components.envs.episodic import (
     META_FEEDBACK,
     EpisodicEnv,
@@ -66,8 +56,6 @@ from components.envs.episodic import (
 from components.schema import Task
 
 ENV_NAME = "scienceworld"
-LOCATION = "location"  # extra info key: the current room
-MOVES = "moves"  # extra info key: steps taken in this episode
 SCORE = "score"  # extra info key: ScienceWorld's task score in [-100, 100]
 
 # every identity hash = 1: hash sets iterate in insertion order, so runs are replayable
@@ -249,8 +237,7 @@ class ScienceWorldEnv(EpisodicEnv):
         max_admissible: int = DEFAULT_MAX_ADMISSIBLE,
         reward: RewardMode = REWARD_WON,
     ) -> None:
-        super().__init__(max_steps)
-        self.reward = reward
+        super().__init__(max_steps, reward)
         if max_admissible < len(ALWAYS_ADMISSIBLE) + 1:
             raise ValueError(f"max_admissible must be >= {len(ALWAYS_ADMISSIBLE) + 1}")
         self.simplifications = simplifications
@@ -259,7 +246,6 @@ class ScienceWorldEnv(EpisodicEnv):
         self._task_name = ""
         self._gold: list[str] = []
         self._gold_pos = 0
-        self._score = 0.0  # the task score (0-1) after the last step
 
     # -- the engine ----------------------------------------------------------------------
 
@@ -312,7 +298,7 @@ class ScienceWorldEnv(EpisodicEnv):
         self._history = []
         self._gold_pos = 0
         self._done = False
-        self._score = 0.0
+        self._norm_score = 0.0
         obs, info = self._observe(feedback, valid=True, score=0.0)
         return obs, info
 
@@ -324,7 +310,7 @@ class ScienceWorldEnv(EpisodicEnv):
         if is_meta_command(command, self._admissible):
             # "reset task" would restart the task under the env's feet (history, gold path):
             # refused before the simulator, the state and its admissible list stay as they were
-            feedback, score, completed = META_FEEDBACK, self._score, False
+            feedback, score, completed = META_FEEDBACK, self._norm_score, False
             kept = list(self._admissible or [])
         else:
             # A newline would feed the parser two inputs (e.g. answer an ambiguity prompt).
@@ -343,8 +329,7 @@ class ScienceWorldEnv(EpisodicEnv):
         self._done = terminated or truncated
         valid = kept is None and not feedback.strip().startswith(UNKNOWN_ACTION)
         obs, info = self._observe(feedback, valid, score, terminated, admissible=kept)
-        previous, self._score = self._score, score
-        return obs, step_reward(self.reward, won, score, previous), terminated, truncated, info
+        return obs, self._scored(won, score), terminated, truncated, info
 
     def close(self) -> None:
         """Stop the JVM."""
@@ -426,15 +411,8 @@ class ScienceWorldEnv(EpisodicEnv):
                 groups, self._gold[self._gold_pos : self._gold_pos + 1], self.max_admissible
             )
         obs = render_state(location, contents, inventory, shown)
-        info = {
-            ADMISSIBLE: list(self._admissible),
-            VALID: valid,
-            WON: score >= 1.0 and terminated,
-            LOST: score < 0,
-            FEEDBACK: shown,
-            LOCATION: location,
-            MOVES: len(self._history),
-            SCORE: round(score * 100),
-            NORM_SCORE: score,
-        }
+        won, lost = score >= 1.0 and terminated, score < 0
+        info = self._room_info(
+            valid, won, lost, shown, location, score, {SCORE: round(score * 100)}
+        )
         return obs, info

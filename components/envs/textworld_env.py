@@ -31,18 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from components.config.data import RewardMode
-from components.envs.base import (
-    ADMISSIBLE,
-    FEEDBACK,
-    LOST,
-    NORM_SCORE,
-    REWARD_WON,
-    VALID,
-    WON,
-    EnvError,
-    normalised_score,
-    step_reward,
-)
+from components.envs.base import REWARD_WON, EnvError, normalised_score
 from components.envs.episodic import (
     META_FEEDBACK,
     EpisodicEnv,
@@ -55,8 +44,6 @@ from components.envs.textworld_state import compact_description, compact_invento
 from components.schema import Task
 
 ENV_NAME = "textworld"
-LOCATION = "location"  # extra info key: the current room's name
-MOVES = "moves"  # extra info key: steps taken in this episode
 
 _HEADER = re.compile(r"-=\s*(.*?)\s*=-")
 _PROMPT_LINE = re.compile(r"\n>[^\n]*$")  # the input prompt + status bar ending each output
@@ -189,8 +176,7 @@ class TextWorldEnv(EpisodicEnv):
         engines: EnginePool | None = None,
         reward: RewardMode = REWARD_WON,
     ) -> None:
-        super().__init__(max_steps)
-        self.reward = reward
+        super().__init__(max_steps, reward)
         if state_format not in STATE_FORMATS:
             raise ValueError(f"state_format must be one of {STATE_FORMATS}")
         self.state_format = state_format
@@ -203,7 +189,6 @@ class TextWorldEnv(EpisodicEnv):
         self._engines = engines  # shared with the other envs of a factory (None: not shared)
         self._game_path: str | None = None
         self._state: Any = None
-        self._norm_score = 0.0  # the game's score / max score after the last step
 
     # -- paths and the engine ------------------------------------------------------------
 
@@ -330,10 +315,8 @@ class TextWorldEnv(EpisodicEnv):
         self._admissible = [] if terminated else sorted(state.get("admissible_commands") or [])
         feedback = clean_feedback(state.get("feedback", ""))
         obs, location = self._observe(state, feedback)
-        previous = self._norm_score
-        self._norm_score = normalised_score(state.get("score"), state.get("max_score"))
+        reward = self._scored(won, normalised_score(state.get("score"), state.get("max_score")))
         info = self._info(state, feedback, location, valid=valid)
-        reward = step_reward(self.reward, won, self._norm_score, previous)
         return obs, reward, terminated, truncated, info
 
     def close(self) -> None:
@@ -379,13 +362,5 @@ class TextWorldEnv(EpisodicEnv):
         return render_state(location, description, inventory, shown), location
 
     def _info(self, state: Any, feedback: str, location: str, valid: bool) -> dict[str, Any]:
-        return {
-            ADMISSIBLE: list(self._admissible),
-            VALID: valid,
-            WON: bool(state.get("won")),
-            LOST: bool(state.get("lost")),
-            FEEDBACK: feedback,
-            LOCATION: location,
-            MOVES: len(self._history),
-            NORM_SCORE: self._norm_score,
-        }
+        won, lost = bool(state.get("won")), bool(state.get("lost"))
+        return self._room_info(valid, won, lost, feedback, location, self._norm_score)

@@ -25,12 +25,13 @@ from components.envs.base import (
     WON,
 )
 from components.envs.episodic import (
+    LOCATION,
     META_FEEDBACK,
     META_PHRASES,
     META_VERBS,
     is_meta_command,
 )
-from components.envs.textworld_env import LOCATION, TextWorldEnv
+from components.envs.textworld_env import TextWorldEnv
 from components.schema import Task, Transition
 from tests.factories import make_task
 
