@@ -118,6 +118,11 @@ class EpisodicEnv:
         """Apply ``action``; returns (observation, reward, terminated, truncated, info)."""
         return self._advance(action, self.max_steps)
 
+    def _meta_refusal(self, command: str) -> str | None:
+        """``META_FEEDBACK`` when ``command`` is a game meta-command the current state does
+        not list as admissible (the env refuses it before the engine), else None."""
+        return META_FEEDBACK if is_meta_command(command, self._admissible) else None
+
     def _scored(self, won: bool, norm_score: float) -> float:
         """The step's reward under ``self.reward``; ``norm_score`` becomes the score."""
         previous, self._norm_score = self._norm_score, norm_score

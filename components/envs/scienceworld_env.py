@@ -45,14 +45,7 @@ from typing import Any
 
 from components.config.data import RewardMode
 from components.envs.base import REWARD_WON, EnvError
-from components.envs.episodic import (
-    META_FEEDBACK,
-    EpisodicEnv,
-    Step,
-    collapse,
-    is_meta_command,
-    normalize_command,
-)
+from components.envs.episodic import EpisodicEnv, Step, collapse, normalize_command
 from components.schema import Task
 
 ENV_NAME = "scienceworld"
@@ -307,10 +300,11 @@ class ScienceWorldEnv(EpisodicEnv):
         server = self._server()
         command = collapse(action)
         kept: list[str] | None = None
-        if is_meta_command(command, self._admissible):
+        refusal = self._meta_refusal(command)
+        if refusal is not None:
             # "reset task" would restart the task under the env's feet (history, gold path):
             # refused before the simulator, the state and its admissible list stay as they were
-            feedback, score, completed = META_FEEDBACK, self._norm_score, False
+            feedback, score, completed = refusal, self._norm_score, False
             kept = list(self._admissible or [])
         else:
             # A newline would feed the parser two inputs (e.g. answer an ambiguity prompt).

@@ -32,14 +32,7 @@ from typing import Any
 
 from components.config.data import RewardMode
 from components.envs.base import REWARD_WON, EnvError, normalised_score
-from components.envs.episodic import (
-    META_FEEDBACK,
-    EpisodicEnv,
-    Step,
-    collapse,
-    is_meta_command,
-    normalize_command,
-)
+from components.envs.episodic import EpisodicEnv, Step, collapse, normalize_command
 from components.envs.textworld_state import compact_description, compact_inventory
 from components.schema import Task
 
@@ -292,10 +285,11 @@ class TextWorldEnv(EpisodicEnv):
         # control characters can crash the Z-machine interpreter (segfault on "go\x13")
         command = collapse("".join(ch if ch.isprintable() else " " for ch in action))
         valid = normalize_command(command) in {normalize_command(a) for a in self._admissible}
-        if not valid and is_meta_command(command):
+        refusal = self._meta_refusal(command)
+        if refusal is not None:
             # quit/restart would lock the game in a yes/no prompt or desync the tracked
             # state, save/script write files: refused, the state stays as it was
-            state = {**self._state, "feedback": META_FEEDBACK}
+            state = {**self._state, "feedback": refusal}
         elif not valid and _CHAINED.search(command):
             # Inform7 would run "go east. take key" as two commands in one step; refuse it
             # so one step is always one action (the state stays as it was).
