@@ -20,8 +20,9 @@ tests/agent/test_rl_trl_parity.py).
 from __future__ import annotations
 
 import random
+from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Literal
 
 from components.agent.policy_model import ActResult, TokenScores
@@ -33,7 +34,7 @@ from components.schema import stable_id
 if TYPE_CHECKING:
     import torch
 
-Aggregation = Literal["token", "sequence"]
+Aggregation = Literal["token", "sequence", "episode"]  # episode: turn means, weighted
 
 
 # Fields that do not change what a run computes: a checkpoint stays valid across them.
@@ -109,6 +110,17 @@ def flatten(episodes: Sequence[Episode]) -> list[TurnRow]:
         for t in ep.turns
         if t.act.completion_ids
     ]
+
+
+def episode_weighted(rows: Sequence[TurnRow]) -> list[TurnRow]:
+    """Rows whose advantages are scaled so every episode weighs the same in the loss.
+
+    A turn of an episode with ``n`` trained turns gets ``mean_n / n`` (the mean weight
+    stays 1, so the learning rate keeps its meaning).
+    """
+    turns = Counter(r.episode for r in rows)
+    mean = len(rows) / len(turns)
+    return [replace(r, advantage=r.advantage * mean / turns[r.episode]) for r in rows]
 
 
 def pad_rows(rows: Sequence[Sequence[float]], width: int, device: Any) -> torch.Tensor:
@@ -221,6 +233,8 @@ def optimize(
 
     if not rows:
         return {"optimizer_steps": 0.0, "train_turns": 0.0}
+    if cfg.aggregation == "episode":
+        rows = episode_weighted(rows)
     rng = random.Random(seed)
     sums: dict[str, float] = {}
     counts: dict[str, float] = {}

@@ -159,8 +159,12 @@ class RLAlgoConfig(_Section):
         256, ge=1, description="turns per optimizer step (null = whole batch, one step/epoch)"
     )
     micro_batch_size: int = Field(256, ge=1, description="turns per forward pass (memory only)")
-    aggregation: Literal["token", "sequence"] = Field(
-        "token", description="token: mean over completion tokens; sequence: mean of turn means"
+    aggregation: Literal["token", "sequence", "episode"] = Field(
+        "token",
+        description="token: mean over completion tokens; sequence: mean of turn means; "
+        "episode: mean of turn means with every episode weighted equally, however many turns "
+        "it took (GRPO's per-sample mean; a long failed episode does not outweigh the "
+        "successes of its group)",
     )
     max_grad_norm: float = Field(1.0, gt=0, description="gradient clipping (global norm)")
     temperature: float = Field(1.0, gt=0, description="sampling temperature (log-probs too)")

@@ -11,7 +11,7 @@ from components.agent.grpo import group_advantages
 from components.agent.policy import PolicySettings, render_answer
 from components.agent.policy_model import MALFORMED_ACTION, ActResult, PolicyModel
 from components.agent.ppo import gae, normalize
-from components.agent.rl import clipped_token_loss, flatten
+from components.agent.rl import TurnRow, clipped_token_loss, episode_weighted, flatten
 from components.agent.rollout import collect_rollouts
 from components.agent.train import (
     CHECKPOINT_DIR,
@@ -72,6 +72,16 @@ def test_gae_over_turns_hand_computed() -> None:
     # gamma = lambda = 1: Monte-Carlo return minus the value
     adv, _ = gae([0.0, 0.0, 1.0], [0.5, 0.2, 0.4], gamma=1.0, lam=1.0)
     assert adv == pytest.approx([0.5, 0.8, 0.6])
+
+
+def test_episode_aggregation_weighs_every_episode_the_same() -> None:
+    act = ActResult("look", "look", None, None, (1,), (2,), (-0.5,))
+    # a 1-turn success (A=+1) and a 3-turn failure (A=-1) of the same group
+    rows = [TurnRow(0, act, 1.0)] + [TurnRow(1, act, -1.0) for _ in range(3)]
+    weighted = episode_weighted(rows)
+    assert [r.advantage for r in weighted] == pytest.approx([2.0, -2 / 3, -2 / 3, -2 / 3])
+    assert sum(r.advantage for r in weighted) == pytest.approx(0.0)  # per turn it was -2
+    assert [r.advantage for r in rows] == [1.0, -1.0, -1.0, -1.0]  # the input is untouched
 
 
 def test_normalize_within_groups() -> None:
