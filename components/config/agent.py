@@ -241,6 +241,11 @@ class RLConfig(_Section):
     s2r_tasks_per_iteration: int | None = Field(
         8, ge=1, description="sim-to-real rounds' task batch (None: the algorithm's own)"
     )
+    s2r_aggregation: Literal["token", "sequence", "episode"] | None = Field(
+        "episode",
+        description="sim-to-real runs' policy-loss aggregation (None: the algorithm's own); "
+        "episode keeps a strong start's few long failures from outweighing its successes",
+    )
     s2r_task_prior: Literal["none", "synthetic"] = Field(
         "none",
         description="sim-to-real task sampler's start: none (every task uncertain) or "

@@ -169,6 +169,8 @@ def algo_config(cfg: Config, algo: str, kind: str, seed: int) -> RLAlgoConfig:
         update["iterations"] = cfg.rl.dreamgym_iterations
     if kind == S2R and cfg.rl.s2r_tasks_per_iteration is not None:
         update["tasks_per_iteration"] = cfg.rl.s2r_tasks_per_iteration
+    if kind == S2R and cfg.rl.s2r_aggregation is not None:
+        update["aggregation"] = cfg.rl.s2r_aggregation
     return getattr(cfg.rl, _checked(algo)).model_copy(update=update)
 
 

@@ -32,6 +32,17 @@ def test_one_vector_env_contract_tells_a_batch_from_a_single_env() -> None:
     assert isinstance(made, EnvList) and owned
 
 
+def test_s2r_runs_get_their_own_rounds_and_aggregation() -> None:
+    from components.stages.rl import DREAMGYM, REAL, S2R, algo_config
+
+    cfg = load_config(ROOT / "params.yaml", profile="cpu")
+    real, dream, s2r = (algo_config(cfg, "grpo", k, 1) for k in (REAL, DREAMGYM, S2R))
+    assert real.aggregation == dream.aggregation == cfg.rl.grpo.aggregation
+    assert s2r.aggregation == cfg.rl.s2r_aggregation == "episode"
+    assert s2r.tasks_per_iteration == cfg.rl.s2r_tasks_per_iteration and s2r.seed == 1
+    assert dream.iterations == cfg.rl.dreamgym_iterations
+
+
 def test_capped_env_list_takes_exactly_its_budget() -> None:
     made: list[MagicWordEnv] = []
 
