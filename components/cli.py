@@ -200,7 +200,7 @@ class Stage:
 
 
 AlgoOpt = Annotated[str, typer.Option("--algo", help="RL algorithm: grpo or ppo")]
-ALGO = Param("algo", AlgoOpt, "grpo", choices="components.stages.rl:ALGOS", hint="--algo")
+ALGO = Param("algo", AlgoOpt, "grpo", choices="components.artifacts:ALGOS", hint="--algo")
 FRESH = Param(
     "fresh",
     Annotated[
@@ -219,7 +219,7 @@ VARIANT = Param(
         ),
     ],
     "full",
-    choices="components.stages.experience:VARIANTS",
+    choices="components.artifacts:VARIANTS",
 )
 METHOD = Param(
     "method",
@@ -369,7 +369,7 @@ STAGES: tuple[Stage, ...] = (
         "agent:evaluate_policy",
         "The random-admissible baseline on the held-out test tasks (same seeds, same step\n"
         "limit as every method) -> data/eval/random.jsonl and metrics/eval/random.json.",
-        fixed={"method": "random"},  # components.stages.agent.RANDOM
+        fixed={"method": "random"},  # components.artifacts.RANDOM
     ),
     Stage(
         "evaluate-external",

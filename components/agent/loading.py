@@ -22,12 +22,6 @@ from components.agent.scorer import ScorerPolicy, ScorerSettings, is_scorer_dir
 from components.config import AgentConfig, Config
 
 META_FILE = "policy.json"
-SEED_DIR = "seed-{seed}"
-
-
-def seed_dir(method_dir: Path, seed: int) -> Path:
-    """The directory of one training seed of a method."""
-    return Path(method_dir) / SEED_DIR.format(seed=seed)
 
 
 def new_scorer(cfg: Config, seed: int) -> ScorerPolicy:

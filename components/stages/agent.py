@@ -19,6 +19,17 @@ import time
 from pathlib import Path
 from typing import Any
 
+from components.artifacts import (
+    AGENT_DIR,
+    DPO,
+    EVAL_DIR,
+    RANDOM,
+    SFT,
+    agent_metrics_file,
+    episodes_file,
+    eval_file,
+    policy_dir,
+)
 from components.config import Config, Paths
 from components.schema import Trajectory, read_jsonl
 from components.stages.common import alias_tags, numbers, write_json
@@ -27,37 +38,9 @@ log = logging.getLogger("dreamgym")
 
 REGISTERED_MODEL = "policy"
 CANDIDATE_ALIAS = "candidate"
-SFT, DPO, RANDOM = "sft", "dpo", "random"
-EVAL_DIR = "eval"  # metrics/eval/<method>.json and data/eval/<method>.jsonl
-AGENT_DIR = "agent"  # metrics/agent/<method>.json (training)
 TABLE1_METRICS = "table1.json"
 TABLE1_MARKDOWN = "table1.md"
 TEST_SPLIT = "test"
-
-
-def policy_dir(paths: Paths, method: str) -> Path:
-    """Where a method's policies are saved, one ``seed-<s>`` directory each (DVC output)."""
-    return paths.root / "models" / "policy" / method
-
-
-def checkpoint_dir(paths: Paths, method: str) -> Path:
-    """Training checkpoints of a method (outside the DVC output, so a re-run can resume)."""
-    return paths.root / "models" / "checkpoints" / "policy" / method
-
-
-def eval_file(paths: Paths, method: str) -> Path:
-    """The evaluation summary of a method on the held-out test tasks."""
-    return paths.metrics / EVAL_DIR / f"{method}.json"
-
-
-def episodes_file(paths: Paths, method: str) -> Path:
-    """The evaluation episodes of a method (one JSON row per task, seed and mode)."""
-    return paths.data / EVAL_DIR / f"{method}.jsonl"
-
-
-def agent_metrics_file(paths: Paths, method: str) -> Path:
-    """The training summary of a method."""
-    return paths.metrics / AGENT_DIR / f"{method}.json"
 
 
 def load_trajectories(paths: Paths) -> list[Trajectory]:
@@ -119,24 +102,24 @@ def log_seeds(run: Any, stage: str, results: dict[int, dict[str, Any]], step_key
 
 def sft_seed(cfg: Config, paths: Paths, seed: int, demos: list, held_out: list) -> dict[str, Any]:
     """Worker: behaviour cloning of the expert for one seed (scoring policy)."""
-    from components.agent.loading import new_scorer, save_policy, seed_dir
+    from components.agent.loading import new_scorer, save_policy
     from components.agent.scorer_training import accuracy, train_sft_as
 
     policy = new_scorer(cfg, seed)
     result = train_sft_as(policy, demos, cfg.agent.sft, seed)
     result["validation_accuracy"] = accuracy(policy, held_out) if held_out else 0.0
     meta = {"method": SFT, "seed": seed, "policy": "scorer", "real_steps": 0}
-    save_policy(policy, seed_dir(policy_dir(paths, SFT), seed), meta)
+    save_policy(policy, policy_dir(paths, SFT, seed), meta)
     return result
 
 
 def dpo_seed(cfg: Config, paths: Paths, seed: int, demos: list) -> dict[str, Any]:
     """Worker: DPO from the seed's SFT policy (scoring policy)."""
-    from components.agent.loading import load_policy, save_policy, seed_dir
+    from components.agent.loading import load_policy, save_policy
     from components.agent.scorer_training import preference_pairs, train_dpo
 
     d = cfg.agent.dpo
-    policy = load_policy(seed_dir(policy_dir(paths, SFT), seed))
+    policy = load_policy(policy_dir(paths, SFT, seed))
     pairs = preference_pairs(demos, d.max_rejected_per_state, seed=seed)
     if d.max_pairs is not None:
         pairs = pairs[: d.max_pairs]
@@ -150,13 +133,12 @@ def dpo_seed(cfg: Config, paths: Paths, seed: int, demos: list) -> dict[str, Any
         seed=seed,
     )
     meta = {"method": DPO, "seed": seed, "policy": "scorer", "init": SFT, "real_steps": 0}
-    save_policy(policy, seed_dir(policy_dir(paths, DPO), seed), meta)
+    save_policy(policy, policy_dir(paths, DPO, seed), meta)
     return result
 
 
 def _offline_stage(cfg: Config, paths: Paths, method: str) -> dict[str, Any]:
     """SFT or DPO over every seed (workers), logged and registered."""
-    from components.agent.loading import seed_dir
     from components.agent.scorer_training import expert_steps
     from components.stages.parallel import run_jobs
     from components.tracking import stage_run
@@ -197,7 +179,7 @@ def _offline_stage(cfg: Config, paths: Paths, method: str) -> dict[str, Any]:
         }
         run.log_metrics(numbers(summary))
         init = {"init": SFT} if method == DPO else {}
-        version = register(run, cfg, seed_dir(policy_dir(paths, method), seeds[0]), method, init)
+        version = register(run, cfg, policy_dir(paths, method, seeds[0]), method, init)
     write_json(agent_metrics_file(paths, method), summary)
     log.info("%s trained on %d seeds: %s", method, len(seeds), numbers(summary))
     return {**summary, "registered_version": version}
@@ -232,7 +214,7 @@ def eval_job(cfg: Config, paths: Paths, method: str, seed: int, mode: str) -> li
     import torch
 
     from components.agent.evaluate import held_out_tasks, run_episodes
-    from components.agent.loading import Acting, RandomAdmissible, load_policy, seed_dir
+    from components.agent.loading import Acting, RandomAdmissible, load_policy
     from components.envs import env_factory
     from components.stages.data import load_tasks
 
@@ -241,7 +223,7 @@ def eval_job(cfg: Config, paths: Paths, method: str, seed: int, mode: str) -> li
     if method == RANDOM:
         policy: Any = RandomAdmissible(seed)
     else:
-        loaded = load_policy(seed_dir(policy_dir(paths, method), seed), cfg.agent)
+        loaded = load_policy(policy_dir(paths, method, seed), cfg.agent)
         policy = Acting(loaded, e.temperature if mode == "sampled" else 0.0, e.max_new_tokens)
     torch.manual_seed(seed)
     name = f"{method} seed {seed} {mode}"
@@ -275,7 +257,7 @@ def eval_job(cfg: Config, paths: Paths, method: str, seed: int, mode: str) -> li
 def evaluate_policy(cfg: Config, paths: Paths, method: str) -> dict[str, Any]:
     """Stage evaluate_policy@<method>: every seed on the held-out test tasks."""
     from components.agent.evaluate import held_out_tasks
-    from components.agent.loading import is_policy_dir, seed_dir
+    from components.agent.loading import is_policy_dir
     from components.agent.table1 import GREEDY, SAMPLED, mode_summary
     from components.evaluation.promotion import ablation_of
     from components.stages.data import load_tasks
@@ -285,7 +267,7 @@ def evaluate_policy(cfg: Config, paths: Paths, method: str) -> dict[str, Any]:
     start = time.perf_counter()
     seeds = cfg.seeds_of(method)  # the method's training seeds (random: agent.seeds)
     if method != RANDOM:
-        missing = [s for s in seeds if not is_policy_dir(seed_dir(policy_dir(paths, method), s))]
+        missing = [s for s in seeds if not is_policy_dir(policy_dir(paths, method, s))]
         if missing:
             raise FileNotFoundError(
                 f"no {method} policy for seeds {missing} under {policy_dir(paths, method)}: "

@@ -18,8 +18,9 @@ from collections.abc import Sequence
 from dataclasses import asdict
 from typing import Any
 
+from components.artifacts import DPO, SFT, base_cache_dir, policy_checkpoint_dir, policy_dir
 from components.config import Config, Paths
-from components.stages.agent import DPO, SFT, checkpoint_dir, load_trajectories, policy_dir
+from components.stages.agent import load_trajectories
 
 log = logging.getLogger("dreamgym")
 
@@ -48,7 +49,6 @@ def train_sft_lm(cfg: Config, paths: Paths, seed: int) -> dict[str, Any]:
         save_policy,
         train_sft_policy,
     )
-    from components.agent.loading import seed_dir
     from components.agent.sft_data import build_sft_examples, corpus
     from components.experience.sft import prepare_checkpoints
     from components.lm.models import count_parameters
@@ -79,10 +79,10 @@ def train_sft_lm(cfg: Config, paths: Paths, seed: int) -> dict[str, Any]:
         "settings": asdict(settings),
         "examples": _digest([ex.to_sft() for ex in train]),
     }
-    ckpt = seed_dir(checkpoint_dir(paths, SFT), seed)
+    ckpt = policy_checkpoint_dir(paths, SFT, seed)
     prepare_checkpoints(ckpt, fingerprint)
     model, tokenizer = load_base_policy(
-        acfg, list(corpus(train)), paths.root / "models" / "base", ckpt / "tokenizer"
+        acfg, list(corpus(train)), base_cache_dir(paths), ckpt / "tokenizer"
     )
     n_params = count_parameters(model)
     model, result = train_sft_policy(
@@ -97,7 +97,7 @@ def train_sft_lm(cfg: Config, paths: Paths, seed: int) -> dict[str, Any]:
         "real_steps": 0,
         "examples_digest": fingerprint["examples"],
     }
-    save_policy(model, tokenizer, seed_dir(policy_dir(paths, SFT), seed), settings, meta)
+    save_policy(model, tokenizer, policy_dir(paths, SFT, seed), settings, meta)
     shutil.rmtree(ckpt, ignore_errors=True)  # finished: the next run starts fresh
     return {
         **result.metrics(),
@@ -111,14 +111,13 @@ def train_dpo_lm(cfg: Config, paths: Paths, seed: int) -> dict[str, Any]:
     """DPO of the LM policy for one seed, from that seed's SFT policy."""
     from components.agent.baselines import load_settings, save_policy, train_dpo_policy
     from components.agent.dpo_data import build_pairs
-    from components.agent.loading import seed_dir
     from components.experience.sft import prepare_checkpoints
     from components.lm.models import load_pretrained_dir
     from components.tracking import dvc_md5
 
     acfg = cfg.agent.model_copy(update={"seed": seed})
     d = acfg.dpo
-    sft_dir = seed_dir(policy_dir(paths, SFT), seed)
+    sft_dir = policy_dir(paths, SFT, seed)
     settings = load_settings(sft_dir)  # the SFT policy's prompt shape
     pairs, stats = build_pairs(
         load_trajectories(paths),
@@ -135,7 +134,7 @@ def train_dpo_lm(cfg: Config, paths: Paths, seed: int) -> dict[str, Any]:
         "sft_model": dvc_md5(sft_dir),
         "pairs": _digest([p.to_dpo() for p in pairs]),
     }
-    ckpt = seed_dir(checkpoint_dir(paths, DPO), seed)
+    ckpt = policy_checkpoint_dir(paths, DPO, seed)
     prepare_checkpoints(ckpt, fingerprint)
     model, tokenizer = load_pretrained_dir(sft_dir)
     model, result = train_dpo_policy(model, tokenizer, pairs, acfg, ckpt, fingerprint=fingerprint)
@@ -147,7 +146,7 @@ def train_dpo_lm(cfg: Config, paths: Paths, seed: int) -> dict[str, Any]:
         "real_steps": 0,
         "preference_pairs": result.n_pairs,
     }
-    save_policy(model, tokenizer, seed_dir(policy_dir(paths, DPO), seed), settings, meta)
+    save_policy(model, tokenizer, policy_dir(paths, DPO, seed), settings, meta)
     shutil.rmtree(ckpt, ignore_errors=True)
     return {
         **result.metrics(),

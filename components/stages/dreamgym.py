@@ -56,11 +56,11 @@ class DreamGymRun:
         tasks_per_iteration: int,
         resumed_at: int,
     ) -> None:
+        from components.artifacts import experience_model_dir
         from components.curriculum import Curriculum
         from components.curriculum.sampling import VarianceTaskSampler
         from components.experience.coevolution import coevolution_enabled, fork_seed_buffer
         from components.experience.grounded import is_grounded_dir
-        from components.stages.experience import model_dir
 
         self.cfg, self.paths, self.method, self.seed = cfg, paths, method, seed
         self.out_dir = out_dir
@@ -70,7 +70,7 @@ class DreamGymRun:
                 shutil.rmtree(stale, ignore_errors=True)
         self.rounds_dir.mkdir(parents=True, exist_ok=True)
         self.synth_dir.mkdir(parents=True, exist_ok=True)
-        exp_dir = model_dir(paths, "full")
+        exp_dir = experience_model_dir(paths, "full")
         if not exp_dir.exists():
             raise FileNotFoundError(f"{exp_dir} missing: run `dreamgym train-experience-model`")
         self.coevolve = coevolution_enabled(cfg.ablation)

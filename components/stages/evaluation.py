@@ -16,6 +16,7 @@ import random
 from pathlib import Path
 from typing import Any
 
+from components.artifacts import synthetic_dir
 from components.config import Config, Paths
 from components.schema import Task, Trajectory, read_jsonl
 from components.stages.common import numbers, write_json
@@ -26,11 +27,6 @@ JUDGE_METRICS = "judge.json"
 DRIFT_METRICS = "drift.json"
 DRIFT_INDEX = "drift.html"
 RECORDED_POLICY = "recorded-actions"
-
-
-def synthetic_dir(paths: Paths) -> Path:
-    """Synthetic trajectories written by the DreamGym stages (one JSONL per algorithm)."""
-    return paths.data / "synthetic"
 
 
 def reports_dir(paths: Paths) -> Path:
@@ -56,6 +52,7 @@ def replay_recorded_actions(
     An episode whose first answer is malformed twice ends with no transition and yields
     no trajectory; the stats (``n_failed_malformed``, ``malformed_rate`` ...) count it.
     """
+    from components.artifacts import experience_model_dir
     from components.experience.dataset import PromptSettings
     from components.experience.grounded import is_grounded_dir
     from components.experience.sft import load_meta
@@ -66,9 +63,9 @@ def replay_recorded_actions(
     )
     from components.lm.generate import Generator
     from components.lm.models import load_pretrained_dir
-    from components.stages.experience import model_dir, open_retriever
+    from components.stages.experience import open_retriever
 
-    mdir = model_dir(paths, variant)
+    mdir = experience_model_dir(paths, variant)
     tasks = {t.task_id: t for t in read_jsonl(paths.tasks_file, Task)}
     if is_grounded_dir(mdir):
         from components.experience.grounded import GroundedModel
@@ -135,9 +132,9 @@ def _replay(
 
 def judge(cfg: Config, paths: Paths) -> dict[str, Any]:
     """Stage judge: the four criteria per experience-model variant; metrics/judge.json."""
+    from components.artifacts import VARIANTS, experience_model_dir
     from components.envs import make_env
     from components.evaluation.judge import compare_variants, make_judge, run_judge
-    from components.stages.experience import VARIANTS, model_dir
     from components.tracking import stage_run
 
     trajectories = [
@@ -146,7 +143,7 @@ def judge(cfg: Config, paths: Paths) -> dict[str, Any]:
     random.Random(cfg.judge.seed).shuffle(trajectories)
     episodes = trajectories[: cfg.judge.n_trajectories]
     tasks = {t.task_id: t for t in read_jsonl(paths.tasks_file, Task)}
-    variants = [v for v in VARIANTS if model_dir(paths, v).exists()]
+    variants = [v for v in VARIANTS if experience_model_dir(paths, v).exists()]
     env = make_env(cfg.env, paths.root) if cfg.judge.backend == "grounded" else None
     summaries: dict[str, Any] = {}
     replayed: dict[str, dict[str, Any]] = {}

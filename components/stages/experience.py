@@ -18,6 +18,13 @@ import time
 from pathlib import Path
 from typing import Any
 
+from components.artifacts import (
+    VARIANTS,
+    base_cache_dir,
+    checked_variant,
+    experience_checkpoint_dir,
+    experience_model_dir,
+)
 from components.config import Config, ExperienceConfig, Paths
 from components.experience.dataset import (
     ExperienceExample,
@@ -30,8 +37,6 @@ from components.stages.common import alias_tags, numbers, write_json
 
 log = logging.getLogger("dreamgym")
 
-# the fidelity comparison: the pipeline's model ("full") and one ablation switch each
-VARIANTS = ("full", "no_reasoning", "no_history", "no_replay")
 FIDELITY_TAGS = ("eps_R", "state_soft_match", "malformed_rate")  # rounded on the alias
 REGISTERED_MODEL = "experience-model"
 CANDIDATE_ALIAS = "candidate"
@@ -49,32 +54,6 @@ _NOT_IN_FINGERPRINT = {
 }
 
 
-def model_dir(paths: Paths, variant: str = "full") -> Path:
-    """Where a trained experience model is saved (a DVC output per variant)."""
-    return paths.root / "models" / "experience" / _checked(variant)
-
-
-def checkpoint_dir(paths: Paths, variant: str = "full") -> Path:
-    """Training checkpoints (outside the DVC output, so a re-run can resume)."""
-    return paths.root / "models" / "checkpoints" / "experience" / _checked(variant)
-
-
-def _checked(variant: str) -> str:
-    if variant not in VARIANTS:
-        raise ValueError(f"unknown variant {variant!r}; known: {VARIANTS}")
-    return variant
-
-
-def base_cache_dir(paths: Paths) -> Path:
-    """Cache of converted base models (SmolLM2 safetensors)."""
-    return paths.root / "models" / "base"
-
-
-def buffer_dir(paths: Paths) -> Path:
-    """The replay buffer built by the build_buffer stage."""
-    return paths.data / "buffer"
-
-
 def prompt_settings(cfg: Config, variant: str = "full") -> PromptSettings:
     """The prompt shape after the pipeline's ablation switches and the variant's own."""
     return settings_for(
@@ -82,7 +61,7 @@ def prompt_settings(cfg: Config, variant: str = "full") -> PromptSettings:
         cfg.buffer.k,
         no_history=cfg.ablation.no_history or variant == "no_history",
         no_replay=cfg.ablation.no_replay or variant == "no_replay",
-        no_reasoning=cfg.ablation.no_reasoning or _checked(variant) == "no_reasoning",
+        no_reasoning=cfg.ablation.no_reasoning or checked_variant(variant) == "no_reasoning",
         state_target=cfg.experience.state_target,
     )
 
@@ -94,7 +73,7 @@ def open_retriever(cfg: Config, paths: Paths, k: int) -> Retriever | None:
     from components.buffer import SEED_TAG, BufferVersionError, ReplayBuffer
     from components.experience.dataset import buffer_retriever
 
-    path = buffer_dir(paths)
+    path = paths.buffer
     if not path.exists():
         raise FileNotFoundError(
             f"{path} missing: run `dreamgym build-buffer` (or set ablation.no_replay=true)"
@@ -192,7 +171,7 @@ def train_grounded(cfg: Config, paths: Paths, variant: str) -> dict[str, Any]:
         run.set_tags({"base_model": GROUNDED, "variant": variant})
         model = GroundedModel(settings)
         stats = model.fit(train)
-        out = model_dir(paths, variant)
+        out = experience_model_dir(paths, variant)
         tmp = out.with_name(out.name + ".tmp")
         shutil.rmtree(tmp, ignore_errors=True)
         model.save(tmp)
@@ -219,7 +198,7 @@ def fidelity_grounded(
     from components.experience.grounded import GroundedModel, episode_rows
     from components.stages.data import load_tasks
 
-    model = GroundedModel.load(model_dir(paths, variant))
+    model = GroundedModel.load(experience_model_dir(paths, variant))
     tasks = {t.task_id: t for t in load_tasks(paths)}
     held_out = [t for t in trajectories if t.split == "validation" and t.source == "real"]
     rows = []
@@ -299,14 +278,14 @@ def train_experience_model(cfg: Config, paths: Paths, variant: str = "full") -> 
         "prompt": settings.as_dict(),
         "examples": _examples_digest(train),
     }
-    ckpt = checkpoint_dir(paths, variant)
+    ckpt = experience_checkpoint_dir(paths, variant)
     prepare_checkpoints(ckpt, fingerprint)
     model, tokenizer = load_base_model(ecfg, train, base_cache_dir(paths), ckpt / "tokenizer")
     n_params = count_parameters(model)
     data = {
         "trajectories": paths.trajectories_file,
         "annotations": paths.annotations_file,
-        "buffer": buffer_dir(paths),
+        "buffer": paths.buffer,
     }
     sections = ("experience", "ablation", "buffer")
     stage = f"train_experience_model@{variant}"  # the dvc.yaml stage name
@@ -336,7 +315,7 @@ def train_experience_model(cfg: Config, paths: Paths, variant: str = "full") -> 
             "examples_digest": fingerprint["examples"],
             "variant": variant,
         }
-        out = model_dir(paths, variant)
+        out = experience_model_dir(paths, variant)
         save_model(model, tokenizer, out, meta)
         metrics: dict[str, Any] = {
             **result.metrics(),
@@ -376,11 +355,13 @@ def evaluate_fidelity(cfg: Config, paths: Paths) -> dict[str, Any]:
     from components.tracking import stage_run, tag_model_alias
 
     trajectories = _load_trajectories(paths)
-    present = [v for v in VARIANTS if model_dir(paths, v).exists()]
+    present = [v for v in VARIANTS if experience_model_dir(paths, v).exists()]
     if "full" not in present:
-        raise FileNotFoundError(f"{model_dir(paths)} missing: run train-experience-model")
-    data = {"trajectories": paths.trajectories_file, "buffer": buffer_dir(paths)}
-    data.update({f"model_{v}": model_dir(paths, v) for v in present})
+        raise FileNotFoundError(
+            f"{experience_model_dir(paths)} missing: run train-experience-model"
+        )
+    data = {"trajectories": paths.trajectories_file, "buffer": paths.buffer}
+    data.update({f"model_{v}": experience_model_dir(paths, v) for v in present})
     sections = ("experience", "ablation", "buffer")
     table: dict[str, dict[str, Any]] = {}
     with stage_run("evaluate_fidelity", "experience", cfg, sections, paths.root, data) as run:
@@ -463,7 +444,7 @@ def _evaluate_variant(
     from components.lm.models import load_pretrained_dir
 
     ecfg = cfg.experience
-    mdir = model_dir(paths, variant)
+    mdir = experience_model_dir(paths, variant)
     meta = load_meta(mdir)
     settings = PromptSettings(**meta["prompt"])  # exactly what the model was trained on
     retriever = open_retriever(cfg, paths, settings.k)

@@ -20,12 +20,13 @@ import time
 from pathlib import Path
 from typing import Any
 
+from components.artifacts import RANDOM, SEED_DIR, policy_dir
 from components.config import Config, Paths
 from components.stages.common import numbers, write_json
 
 log = logging.getLogger("dreamgym")
 
-POLICY, RANDOM = "policy", "random"
+POLICY = "policy"
 SUCCESS_JSON, SUCCESS_MD = "success.json", "success.md"
 EPISODES_FILE = "episodes.jsonl"
 COMMAND = "`dreamgym evaluate-external`"
@@ -33,7 +34,7 @@ COMMAND = "`dreamgym evaluate-external`"
 
 def _policy_dirs(path: Path) -> list[tuple[int | None, Path]]:
     """(training seed or None, folder) of a saved policy or a method's seed folders."""
-    from components.agent.loading import SEED_DIR, is_policy_dir
+    from components.agent.loading import is_policy_dir
 
     if is_policy_dir(path):
         return [(None, path)]
@@ -51,7 +52,6 @@ def _policy_dirs(path: Path) -> list[tuple[int | None, Path]]:
 def resolve_policy(spec: str, paths: Paths, scratch: Path) -> tuple[list[Any], dict[str, str]]:
     """The policy folders named by ``spec`` and what to record about where they came from."""
     from components.agent.table1 import METHODS
-    from components.stages.agent import policy_dir
 
     path = Path(spec).expanduser()
     if path.exists():

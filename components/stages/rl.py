@@ -33,90 +33,42 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from components.artifacts import (
+    DREAMGYM,
+    REAL,
+    S2R,
+    SFT,
+    agent_metrics_file,
+    checked_algo,
+    coevolved_dir,
+    dreamgym_method,
+    experience_model_dir,
+    history_file,
+    history_plot_file,
+    method_of,
+    policy_checkpoint_dir,
+    policy_dir,
+    real_method,
+    snapshots_dir,
+    synthetic_dir,
+    synthetic_file,
+)
 from components.config import Config, Paths, RLAlgoConfig
 from components.envs.vector import ENV_ERROR, EnvList, StepTuple
 from components.schema import Task, Trajectory, read_jsonl, write_jsonl
-from components.stages.agent import (
-    AGENT_DIR,
-    SFT,
-    agent_metrics_file,
-    checkpoint_dir,
-    log_seeds,
-    policy_dir,
-    register,
-    seed_summary,
-)
+from components.stages.agent import log_seeds, register, seed_summary
 from components.stages.common import numbers, write_json
 
 log = logging.getLogger("dreamgym")
 
-GRPO, PPO = "grpo", "ppo"
-ALGOS = (GRPO, PPO)
-REAL, DREAMGYM, S2R = "real", "dreamgym", "s2r"
 TRAIN_SPLIT = "train"
-HISTORY_DIR = "history"  # metrics/history/<method>.jsonl
-SYNTHETIC_DIR = "synthetic"  # data/synthetic/dreamgym_<algo>.jsonl
-COEVOLVED_DIR = "coevolved"  # data/coevolved/dreamgym_<algo>/seed-<s>
 BUDGET_CUT = "real-step budget spent"  # ENV_ERROR of episodes cut by CappedEnvList
 _SECTIONS = ("agent", "rl", "env")
-__all__ = ["AGENT_DIR", "CappedEnvList", "train_dreamgym", "train_rl_real", "train_s2r"]
+__all__ = ["CappedEnvList", "train_dreamgym", "train_rl_real", "train_s2r"]
 
 
 class NoUpdateError(RuntimeError):
     """An RL run made no optimizer update: its "trained" policy would be its start."""
-
-
-def real_method(algo: str) -> str:
-    """Table-1 name of RL in the real env."""
-    return f"{_checked(algo)}_real"
-
-
-def dreamgym_method(algo: str) -> str:
-    """Table-1 name of RL in the synthetic env."""
-    return f"dreamgym_{_checked(algo)}"
-
-
-def s2r_method(algo: str) -> str:
-    """Table-1 name of sim-to-real."""
-    return f"s2r_{_checked(algo)}"
-
-
-def method_of(kind: str, algo: str) -> str:
-    """The method name of a run kind (real, dreamgym, s2r) and algorithm."""
-    return {REAL: real_method, DREAMGYM: dreamgym_method, S2R: s2r_method}[kind](algo)
-
-
-def _checked(algo: str) -> str:
-    if algo not in ALGOS:
-        raise ValueError(f"unknown RL algorithm {algo!r}; known: {ALGOS}")
-    return algo
-
-
-def history_file(paths: Paths, method: str) -> Path:
-    """The per-round training history of a method, one JSON row per (seed, round)."""
-    return paths.metrics / HISTORY_DIR / f"{method}.jsonl"
-
-
-def history_plot_file(paths: Paths, method: str) -> Path:
-    """The same history as one JSON array: the DVC plot (DVC cannot parse JSON Lines)."""
-    return paths.metrics / HISTORY_DIR / f"{method}.json"
-
-
-def synthetic_file(paths: Paths, algo: str) -> Path:
-    """The synthetic trajectories a DreamGym run trained on (every seed)."""
-    return paths.data / SYNTHETIC_DIR / f"{dreamgym_method(algo)}.jsonl"
-
-
-def snapshots_dir(paths: Paths, method: str, seed: int | None = None) -> Path:
-    """Every round's policy weights of a run (``theorem1.snapshots``), per seed."""
-    base = paths.root / "models" / "snapshots" / method
-    return base if seed is None else base / f"seed-{seed}"
-
-
-def coevolved_dir(paths: Paths, algo: str, seed: int | None = None) -> Path:
-    """The co-evolved replay buffer of a DreamGym run, per seed."""
-    base = paths.data / COEVOLVED_DIR / dreamgym_method(algo)
-    return base if seed is None else base / f"seed-{seed}"
 
 
 class CappedEnvList(EnvList):
@@ -171,7 +123,7 @@ def algo_config(cfg: Config, algo: str, kind: str, seed: int) -> RLAlgoConfig:
         update["tasks_per_iteration"] = cfg.rl.s2r_tasks_per_iteration
     if kind == S2R and cfg.rl.s2r_aggregation is not None:
         update["aggregation"] = cfg.rl.s2r_aggregation
-    return getattr(cfg.rl, _checked(algo)).model_copy(update=update)
+    return getattr(cfg.rl, checked_algo(algo)).model_copy(update=update)
 
 
 def s2r_cap(cfg: Config, paths: Paths, algo: str, seed: int) -> tuple[int, int]:
@@ -201,7 +153,7 @@ def _resume_point(out_dir: Path, algo_cfg: RLAlgoConfig, extra: dict[str, Any]) 
 
 def rl_seed(cfg: Config, paths: Paths, algo: str, kind: str, seed: int) -> dict[str, Any]:
     """Worker: one seed's RL run of ``kind`` (real, dreamgym, s2r); its results."""
-    from components.agent.loading import load_policy, publish_dir, seed_dir
+    from components.agent.loading import load_policy, publish_dir
     from components.agent.train import HISTORY_FILE, POLICY_DIR, train_rl
     from components.curriculum.sampling import VarianceTaskSampler
     from components.envs import env_factory
@@ -211,8 +163,8 @@ def rl_seed(cfg: Config, paths: Paths, algo: str, kind: str, seed: int) -> dict[
     method = method_of(kind, algo)
     init = dreamgym_method(algo) if kind == S2R else SFT
     algo_cfg = algo_config(cfg, algo, kind, seed)
-    init_dir = seed_dir(policy_dir(paths, init), seed)
-    out_dir = seed_dir(checkpoint_dir(paths, method), seed)
+    init_dir = policy_dir(paths, init, seed)
+    out_dir = policy_checkpoint_dir(paths, method, seed)
     tasks = _train_tasks(paths)
     fingerprint: dict[str, Any] = {
         "method": method,
@@ -228,11 +180,10 @@ def rl_seed(cfg: Config, paths: Paths, algo: str, kind: str, seed: int) -> dict[
     )
     if kind == DREAMGYM:
         from components.stages.dreamgym import DreamGymRun
-        from components.stages.experience import model_dir
 
         fingerprint.update(
             {
-                "experience_model": dvc_md5(model_dir(paths, "full")),
+                "experience_model": dvc_md5(experience_model_dir(paths, "full")),
                 "seed_buffer": dvc_md5(paths.buffer) if paths.buffer.exists() else "missing",
                 "synthetic": cfg.synthetic.model_dump(mode="json"),
                 "curriculum": cfg.curriculum.model_dump(mode="json"),
@@ -294,7 +245,7 @@ def rl_seed(cfg: Config, paths: Paths, algo: str, kind: str, seed: int) -> dict[
         history = [{**row, **x} for row, x in zip(history, extras, strict=True)]
         run.publish_buffer(coevolved_dir(paths, algo, seed))
         _publish_snapshots(out_dir, snapshots_dir(paths, method, seed), method, init)
-        synth = _seed_synthetic_file(paths, algo, seed)
+        synth = synthetic_file(paths, algo, seed)
         write_jsonl(synth, trajectories)
     meta = {
         "method": method,
@@ -306,7 +257,7 @@ def rl_seed(cfg: Config, paths: Paths, algo: str, kind: str, seed: int) -> dict[
         "iterations": int(summary["iterations"]),
         **{k: v for k, v in extra.items() if k in ("real_step_cap", "synthetic_steps")},
     }
-    publish_dir(out_dir / POLICY_DIR, seed_dir(policy_dir(paths, method), seed), meta)
+    publish_dir(out_dir / POLICY_DIR, policy_dir(paths, method, seed), meta)
     shutil.rmtree(out_dir, ignore_errors=True)  # finished: the next run starts fresh
     return {
         **numbers(summary),
@@ -343,10 +294,6 @@ def synthetic_prior(sampler: Any, synthetic: Path, seed: int, weight: float = 4.
 def _read_rows(path: Path) -> list[dict[str, Any]]:
     lines = path.read_text(encoding="utf-8").splitlines() if path.exists() else []
     return [json.loads(line) for line in lines if line.strip()]
-
-
-def _seed_synthetic_file(paths: Paths, algo: str, seed: int) -> Path:
-    return paths.data / SYNTHETIC_DIR / dreamgym_method(algo) / f"seed-{seed}.jsonl"
 
 
 def _publish_snapshots(out_dir: Path, dst: Path, method: str, init: str) -> None:
@@ -404,23 +351,19 @@ def _rl_stage(cfg: Config, paths: Paths, algo: str, kind: str) -> dict[str, Any]
         write_json(history_plot_file(paths, method), history)
         if kind == DREAMGYM:
             merged = [
-                t
-                for s in seeds
-                for t in read_jsonl(_seed_synthetic_file(paths, algo, s), Trajectory)
+                t for s in seeds for t in read_jsonl(synthetic_file(paths, algo, s), Trajectory)
             ]
             write_jsonl(synthetic_file(paths, algo), merged)
-            shutil.rmtree(paths.data / SYNTHETIC_DIR / method, ignore_errors=True)
+            shutil.rmtree(synthetic_dir(paths) / method, ignore_errors=True)
             run.log_dataset(synthetic_file(paths, algo), "synthetic-trajectories", "synthetic")
             for s in seeds:  # the co-evolved buffer snapshot of each seed (not hashed: GBs)
                 run.log_dataset(coevolved_dir(paths, algo, s), f"buffer-seed-{s}", "buffer")
         run.log_metrics(numbers(summary))
         run.log_artifact(hist_path, "history")
-        from components.agent.loading import seed_dir
-
         version = register(
             run,
             cfg,
-            seed_dir(policy_dir(paths, method), seeds[0]),
+            policy_dir(paths, method, seeds[0]),
             method,
             {"init": init, "real_steps": summary.get("real_steps", 0)},
         )
@@ -431,7 +374,7 @@ def _rl_stage(cfg: Config, paths: Paths, algo: str, kind: str) -> dict[str, Any]
 
 def _policy_lr(cfg: Config, algo: str) -> float:
     """The policy's learning rate (constant: no schedule) for the per-round MLflow curves."""
-    return float(getattr(cfg.rl, _checked(algo)).learning_rate)
+    return float(getattr(cfg.rl, checked_algo(algo)).learning_rate)
 
 
 def train_rl_real(cfg: Config, paths: Paths, algo: str) -> dict[str, Any]:

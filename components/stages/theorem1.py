@@ -86,17 +86,17 @@ def measure_run(
     cfg: Config, paths: Paths, algo: str, env: Any, tasks: dict[str, Task]
 ) -> tuple[list[Any], dict[str, Any]]:
     """(IterationTerms per update, run extras) of one DreamGym run (its first seed)."""
-    from components.agent.loading import seed_dir
-    from components.evaluation.judge import GroundedJudge
-    from components.evaluation.theorem1 import IterationTerms, model_errors
-    from components.stages.agent import SFT, policy_dir
-    from components.stages.rl import (
+    from components.artifacts import (
+        SFT,
         dreamgym_method,
         history_file,
-        read_history,
+        policy_dir,
         snapshots_dir,
         synthetic_file,
     )
+    from components.evaluation.judge import GroundedJudge
+    from components.evaluation.theorem1 import IterationTerms, model_errors
+    from components.stages.rl import read_history
 
     t1 = cfg.theorem1
     method = dreamgym_method(algo)
@@ -118,7 +118,7 @@ def measure_run(
     real_tasks = [t for t in tasks.values() if t.split == t1.split and not t.generated]
     real = {}
     if snaps and real_tasks:
-        sft = seed_dir(policy_dir(paths, SFT), seed)
+        sft = policy_dir(paths, SFT, seed)
         real = real_success(cfg, paths, sft, snaps, real_tasks)
     judge = GroundedJudge(env, tasks, cfg.judge)
     records, skipped = [], 0
@@ -161,10 +161,10 @@ def measure_run(
 
 def theorem1(cfg: Config, paths: Paths) -> dict[str, Any]:
     """Stage theorem1: every term of the bound per round of each DreamGym run."""
+    from components.artifacts import dreamgym_method
     from components.envs import make_env
     from components.evaluation.theorem1 import FORMULA, PNG_NAME, plot_runs, summarize
     from components.stages.data import load_tasks
-    from components.stages.rl import dreamgym_method
     from components.tracking import stage_run
 
     tasks = {t.task_id: t for t in load_tasks(paths)}

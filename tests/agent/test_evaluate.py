@@ -141,15 +141,14 @@ def test_stages_train_evaluate_and_tabulate_the_baselines(agent_tw_suite, tmp_pa
     import mlflow
     import torch
 
+    from components.artifacts import episodes_file, policy_dir
     from components.config import Paths, load_config
     from components.data.collect import collect
     from components.schema import Trajectory, read_jsonl, write_jsonl
     from components.stages.agent import (
         REGISTERED_MODEL,
         build_table1,
-        episodes_file,
         evaluate_policy,
-        policy_dir,
         train_dpo_baseline,
         train_sft_baseline,
     )

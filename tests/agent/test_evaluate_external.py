@@ -51,7 +51,8 @@ def user_games(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def policy_dir(tmp_path_factory) -> Path:
     """A method folder of two saved (untrained) scoring policies, seed-0 and seed-1."""
-    from components.agent.loading import new_scorer, save_policy, seed_dir
+    from components.agent.loading import new_scorer, save_policy
+    from components.artifacts import seed_dir
 
     cfg = load_config(ROOT / "params.yaml", "ci")
     folder = tmp_path_factory.mktemp("policy") / "mine"

@@ -33,7 +33,8 @@ def test_one_vector_env_contract_tells_a_batch_from_a_single_env() -> None:
 
 
 def test_s2r_runs_get_their_own_rounds_and_aggregation() -> None:
-    from components.stages.rl import DREAMGYM, REAL, S2R, algo_config
+    from components.artifacts import DREAMGYM, REAL, S2R
+    from components.stages.rl import algo_config
 
     cfg = load_config(ROOT / "params.yaml", profile="cpu")
     real, dream, s2r = (algo_config(cfg, "grpo", k, 1) for k in (REAL, DREAMGYM, S2R))
@@ -162,7 +163,7 @@ def _history(paths: Paths, method: str) -> list[dict[str, Any]]:
 
 
 def _common_outputs(paths: Paths, method: str, out: dict[str, Any], rounds: int) -> None:
-    from components.stages.agent import checkpoint_dir, policy_dir
+    from components.artifacts import policy_checkpoint_dir, policy_dir
 
     meta = json.loads((policy_dir(paths, method) / "seed-0" / "policy.json").read_text())
     assert meta["method"] == method and meta["real_steps"] == out["real_steps"]
@@ -175,7 +176,7 @@ def _common_outputs(paths: Paths, method: str, out: dict[str, Any], rounds: int)
     assert [h["iteration"] for h in history] == list(range(1, int(rounds) + 1))
     assert {h["seed"] for h in history} == {0}
     assert history[-1]["real_steps"] == out["real_steps"]
-    assert not (checkpoint_dir(paths, method) / "seed-0").exists()  # nothing left to resume
+    assert not (policy_checkpoint_dir(paths, method) / "seed-0").exists()  # nothing left to resume
 
 
 @pytest.mark.integration
@@ -197,11 +198,11 @@ def test_real_grpo_counts_real_steps_and_registers_the_policy(project, grpo_real
 
 @pytest.mark.integration
 def test_dreamgym_trains_in_the_synthetic_env_and_grows_the_buffer(project, dreamgym_grpo) -> None:
+    from components.artifacts import coevolved_dir, synthetic_file
     from components.buffer import SEED_TAG, ReplayBuffer
     from components.experience.task_generation import GENERATED_PREFIX
     from components.schema import Trajectory, read_jsonl
     from components.stages.data import load_tasks
-    from components.stages.rl import coevolved_dir, synthetic_file
 
     cfg, paths = project
     out = dreamgym_grpo
@@ -288,9 +289,10 @@ def test_s2r_stays_within_its_share_of_the_real_runs_steps(project, grpo_real, d
 
 @pytest.mark.integration
 def test_dreamgym_ppo_ablations_keep_the_buffer_and_the_tasks_real(project) -> None:
+    from components.artifacts import coevolved_dir
     from components.buffer import ReplayBuffer
     from components.config import AblationConfig
-    from components.stages.rl import coevolved_dir, train_dreamgym
+    from components.stages.rl import train_dreamgym
 
     cfg, paths = project
     ablated = cfg.model_copy(

@@ -18,11 +18,10 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_train_then_evaluate_fidelity(tmp_path, trajectories, reasoning):
     import mlflow
 
+    from components.artifacts import experience_checkpoint_dir, experience_model_dir
     from components.stages.experience import (
         REGISTERED_MODEL,
-        checkpoint_dir,
         evaluate_fidelity,
-        model_dir,
         train_experience_model,
     )
 
@@ -53,7 +52,7 @@ def test_train_then_evaluate_fidelity(tmp_path, trajectories, reasoning):
     )
 
     trained = train_experience_model(cfg, paths)
-    out = model_dir(paths)
+    out = experience_model_dir(paths)
     meta = json.loads((out / "experience_model.json").read_text())
     assert meta["prompt"] == {
         "history_len": 2,
@@ -63,13 +62,14 @@ def test_train_then_evaluate_fidelity(tmp_path, trajectories, reasoning):
     }
     assert (out / "model.safetensors").exists() and (out / "tokenizer.json").exists()
     assert trained["train_steps"] == cfg.experience.max_steps
-    assert not checkpoint_dir(paths).exists()  # finished runs leave no checkpoints behind
+    assert not experience_checkpoint_dir(paths).exists()  # finished runs leave no checkpoints
     assert json.loads((paths.metrics / "experience/full.json").read_text())["n_parameters"] > 0
 
     # an ablation variant: not registered, its prompt and target lose the think block
     ablated = train_experience_model(cfg, paths, variant="no_reasoning")
     assert ablated["registered_version"] is None
-    meta = json.loads((model_dir(paths, "no_reasoning") / "experience_model.json").read_text())
+    ablated_dir = experience_model_dir(paths, "no_reasoning")
+    meta = json.loads((ablated_dir / "experience_model.json").read_text())
     assert meta["prompt"]["with_reasoning"] is False and meta["variant"] == "no_reasoning"
 
     result = evaluate_fidelity(cfg, paths)
