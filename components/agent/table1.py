@@ -25,20 +25,10 @@ from typing import Any
 
 import numpy as np
 
+from components.artifacts import METHODS, RANDOM
+
 log = logging.getLogger(__name__)
 
-RANDOM = "random"
-METHODS = (
-    "random",
-    "sft",
-    "dpo",
-    "grpo_real",
-    "ppo_real",
-    "dreamgym_grpo",
-    "dreamgym_ppo",
-    "s2r_grpo",
-    "s2r_ppo",
-)
 LABELS = {
     "random": "Random (admissible)",
     "sft": "SFT",

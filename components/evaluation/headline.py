@@ -17,6 +17,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from components.artifacts import AGENT_DIR
+
 HEADLINE_DIR = "headline"  # metrics/headline/{table1,fidelity}.json
 TABLE1_HEADLINE = "table1.json"
 FIDELITY_HEADLINE = "fidelity.json"
@@ -92,5 +94,5 @@ def fidelity_headline(full: Mapping[str, Any] | None) -> dict[str, Any]:
 
 def build_headline(metrics_dir: Path, env: str | None = None) -> dict[str, Any]:
     """Both headline parts from the metrics files (what ``make summary``-like tools read)."""
-    table = table1_headline(_read(metrics_dir / "table1.json"), metrics_dir / "agent", env)
+    table = table1_headline(_read(metrics_dir / "table1.json"), metrics_dir / AGENT_DIR, env)
     return {**fidelity_headline(_read(metrics_dir / "fidelity.json").get("full")), **table}

@@ -9,12 +9,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from components.artifacts import FULL, NO_HISTORY, NO_REASONING, NO_REPLAY
 from components.schema import Trajectory
 
 CRITERIA = ("consistency", "diversity", "informativeness", "hallucination")
 SCORES = (0, 1, 2)
-# the ablation variants compared (same names as the ablation switches / fidelity variants)
-FULL, NO_HISTORY, NO_REASONING, NO_REPLAY = "full", "no_history", "no_reasoning", "no_replay"
+# the ablation variants compared (components.artifacts.VARIANTS), in the judge's report order
 VARIANTS = (FULL, NO_HISTORY, NO_REASONING, NO_REPLAY)
 VARIANT_LABELS = {
     FULL: "DreamGym (full)",

@@ -35,12 +35,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from components.artifacts import RANDOM
+
 CANDIDATE, CHAMPION = "candidate", "champion"
 TAG_PREFIX = "heldout"
 BASELINE_PREFIX = "baseline"
 ABLATION_SUFFIX = "-ablation"
 POLICY_METRIC = "success"
-RANDOM_METHOD = "random"
+RANDOM_METHOD = RANDOM
 # (metric, its trivial baseline in metrics/fidelity.json) the experience model must beat
 EXPERIENCE_FLOORS = (
     ("reward_accuracy", "majority_baseline_reward_accuracy"),

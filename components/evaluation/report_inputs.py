@@ -6,8 +6,9 @@ import json
 from pathlib import Path
 from typing import Any
 
+from components.artifacts import HISTORY_DIR  # metrics/history/<method>.jsonl: RL curves
+
 NOT_RUN = "not run"
-HISTORY_DIR = "history"  # metrics/history/<method>.jsonl: the RL training curves
 METRIC_FILES = (
     "data.json",
     "buffer.json",
