@@ -11,7 +11,8 @@ from components.schema import Split
 
 # textworld / scienceworld / miniwob run locally; the paper's three go through adapters
 # (AgentGym-style HTTP env servers the user runs, see components/envs/agentgym_http.py)
-ENV_NAMES = ("textworld", "scienceworld", "miniwob", "webshop", "alfworld", "webarena")
+AGENTGYM_ENVS = ("webshop", "alfworld", "webarena")
+ENV_NAMES = ("textworld", "scienceworld", "miniwob", *AGENTGYM_ENVS)
 EnvName = Literal["textworld", "scienceworld", "miniwob", "webshop", "alfworld", "webarena"]
 # won: 1 on the step that wins (the paper's outcome reward); score: the game's own score gain
 # normalised by its max score (dense or balanced games keep their partial credit)

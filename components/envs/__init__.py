@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from components.config import Config, EnvConfig
+from components.config.data import AGENTGYM_ENVS
 from components.envs.base import Env
 from components.schema import Task
 
@@ -102,7 +103,7 @@ def generate_task_suite(cfg: Config, out_dir: Path, root: Path) -> list[Task]:
         from components.envs.miniwob_tasks import generate_task_suite as miniwob
 
         return miniwob(cfg, out_dir)
-    if name in ("webshop", "alfworld", "webarena"):
+    if name in AGENTGYM_ENVS:
         from components.envs.agentgym_http import generate_task_suite as agentgym
 
         return agentgym(cfg, out_dir)

@@ -48,6 +48,7 @@ from pathlib import Path
 from typing import Any
 
 from components.config import Config, EnvConfig
+from components.config.data import AGENTGYM_ENVS  # noqa: F401  (re-exported)
 from components.envs.agentgym_adapters import (
     MAX_STATE_CHARS,  # noqa: F401  (re-exported)
     MOVES,  # noqa: F401  (re-exported)
@@ -64,8 +65,6 @@ from components.envs.browsergym_webarena import BrowserGymWebArenaEnv
 from components.schema import Split, Task
 
 log = logging.getLogger(__name__)
-
-AGENTGYM_ENVS = ("webshop", "alfworld", "webarena")
 
 
 ENV_CLASSES: dict[str, type[AgentGymHttpEnv]] = {
