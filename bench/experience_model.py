@@ -116,8 +116,9 @@ def _load(path: Path) -> dict[str, Any]:
 
 def run_candidate(name: str) -> dict[str, Any]:
     """Train one candidate for the budget and measure its fidelity."""
+    from components.artifacts import base_cache_dir
     from components.buffer import SEED_TAG, ReplayBuffer
-    from components.config import Paths, load_config
+    from components.config import PARAMS_FILE, Paths, load_config
     from components.evaluation.fidelity import evaluate_fidelity
     from components.experience.dataset import (
         buffer_retriever,
@@ -128,10 +129,10 @@ def run_candidate(name: str) -> dict[str, Any]:
     from components.lm.generate import Generator
     from components.lm.models import count_parameters
     from components.schema import Trajectory, read_jsonl
-    from components.stages.experience import base_cache_dir, load_base_model, prompt_settings
+    from components.stages.experience import load_base_model, prompt_settings
     from components.teacher.annotate import load_annotations
 
-    cfg = load_config("params.yaml", profile="cpu")
+    cfg = load_config(PARAMS_FILE, profile="cpu")
     spec = dict(CANDIDATES[name])
     budget = spec.pop("budget_minutes", BUDGET_MINUTES)
     overrides = {**spec, "max_train_minutes": budget}

@@ -139,13 +139,13 @@ def load_prompts(n: int) -> tuple[list[Any], str]:
 
 
 def _real_prompts(n: int) -> list[Any]:
-    from components.config import Paths, load_config
+    from components.config import PARAMS_FILE, Paths, load_config
     from components.experience.dataset import PromptSettings, build_examples, select_transitions
     from components.experience.sft import load_meta
     from components.stages.experience import _load_trajectories, open_retriever
 
     model_dir = next(p for p in MODEL_DIRS if (p / "experience_model.json").exists())
-    cfg = load_config("params.yaml", profile="cpu")
+    cfg = load_config(PARAMS_FILE, profile="cpu")
     paths = Paths(Path(".").resolve())
     settings = PromptSettings(**load_meta(model_dir)["prompt"])
     retriever = open_retriever(cfg, paths, settings.k)
@@ -356,7 +356,7 @@ def measure_openai_client(n: int = 256) -> dict[str, Any]:
 
 def measure_sft(model_info: dict[str, Any]) -> dict[str, Any]:
     """SFT training tokens/s of the cpu experience model's preset (a few TRL steps)."""
-    from components.config import Paths, load_config
+    from components.config import PARAMS_FILE, Paths, load_config
     from components.experience.dataset import build_examples, corpus, select_transitions
     from components.experience.sft import train_sft
     from components.lm.models import build_tiny_model
@@ -364,7 +364,7 @@ def measure_sft(model_info: dict[str, Any]) -> dict[str, Any]:
     from components.stages.experience import _load_trajectories, open_retriever, prompt_settings
     from components.teacher.annotate import load_annotations
 
-    cfg = load_config("params.yaml", profile="cpu")
+    cfg = load_config(PARAMS_FILE, profile="cpu")
     ecfg = cfg.experience.model_copy(
         update={
             "max_steps": SFT_STEPS,

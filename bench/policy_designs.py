@@ -51,13 +51,13 @@ def main() -> None:
     from components.agent.loading import Acting, RandomAdmissible, new_scorer
     from components.agent.scorer_training import accuracy, expert_steps, train_sft_as
     from components.agent.table1 import mode_summary
-    from components.config import Paths, load_config
+    from components.config import PARAMS_FILE, Paths, load_config
     from components.envs import env_factory
     from components.stages.agent import load_trajectories
     from components.stages.data import load_tasks
 
     torch.set_num_threads(1)
-    cfg = load_config(Path("params.yaml"))
+    cfg = load_config(Path(PARAMS_FILE))
     paths = Paths(Path.cwd())
     trajectories = load_trajectories(paths)
     demos, _ = expert_steps(trajectories)

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from prefect import flow, get_run_logger
 
+from components.config import PARAMS_FILE
 from components.tracking import pipeline_run
 from flows.stages import family_stages, run_stages, stage_order
 
@@ -107,7 +108,7 @@ def bump_collect_round(root: Path) -> int:
     from ruamel.yaml import YAML
 
     yaml = YAML()  # round-trip mode: the file keeps its comments and layout
-    path = root / "params.yaml"
+    path = root / PARAMS_FILE
     params = yaml.load(path.read_text(encoding="utf-8"))
     new = int(params["collect"].get("round", 0)) + 1
     params["collect"]["round"] = new
@@ -122,7 +123,7 @@ def promote_experience_model(root: Path) -> Decision:
     from components.evaluation.promotion import EXPERIENCE_FLOORS, apply_promotion
     from components.stages.experience import REGISTERED_MODEL
 
-    cfg = load_config(root / "params.yaml")
+    cfg = load_config(root / PARAMS_FILE)
     decision = apply_promotion(
         root,
         REGISTERED_MODEL,
@@ -142,7 +143,7 @@ def promote_policy(root: Path) -> Decision:
     from components.evaluation.promotion import apply_policy_promotion
     from components.stages.agent import REGISTERED_MODEL, TABLE1_METRICS
 
-    cfg = load_config(root / "params.yaml")
+    cfg = load_config(root / PARAMS_FILE)
     table1 = json.loads((Paths(root).metrics / TABLE1_METRICS).read_text(encoding="utf-8"))
     decision = apply_policy_promotion(root, table1, cfg.promotion.margin, name=REGISTERED_MODEL)
     get_run_logger().info("promotion of %s: %s", REGISTERED_MODEL, decision)
