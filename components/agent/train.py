@@ -9,6 +9,8 @@ decides where they go: the stages call components/tracking.py), and checkpoint e
 spent. A run that finds checkpoints of the same run (fingerprint) under
 ``out_dir/checkpoints`` resumes after the last one: same rounds, same real-step count,
 same weights as an uninterrupted run. The final policy is saved to ``out_dir/policy``.
+The loop reads top to bottom (tasks, rollouts, bookkeeping, update, log); resuming and
+checkpointing live in ``_Checkpointing``, a thin wrapper around it.
 With ``snapshots=True`` the trainable weights of every policy pi_0 (the start) .. pi_R are
 also kept, as ``out_dir/snapshots/iter-<k>.pt``, for the Theorem-1 stage's real gains.
 
@@ -127,6 +129,82 @@ def fingerprint_of(cfg: RLAlgoConfig, extra: dict[str, Any] | None) -> dict[str,
     return {"algorithm": type(cfg).__name__, "config": fields, "extra": extra or {}}
 
 
+class _Checkpointing:
+    """Resume and checkpointing around ``train_rl``'s loop (the loop itself knows nothing of it).
+
+    ``resume()`` restores weights, learner, sampler and RNG from the newest checkpoint of
+    the same run (fingerprint) and returns where it stopped; ``after_round`` keeps the
+    round's snapshot and writes a checkpoint every ``save_every`` rounds and at the end.
+    """
+
+    def __init__(
+        self,
+        out_dir: Path,
+        cfg: RLAlgoConfig,
+        fingerprint: dict[str, Any] | None,
+        policy: TrainablePolicy,
+        learner: GRPO | PPO,
+        sampler: TaskSampler | None,
+        snapshots: bool,
+    ) -> None:
+        self.out_dir, self.cfg, self.fingerprint = out_dir, cfg, fingerprint
+        self.policy, self.learner, self.sampler, self.snapshots = (
+            policy,
+            learner,
+            sampler,
+            snapshots,
+        )
+        self.ckpt_dir = out_dir / CHECKPOINT_DIR
+        self.resumed_from: Path | None = None
+
+    def resume(self) -> tuple[int, int, list[dict[str, float]]]:
+        """(rounds done, real steps used, history) of this run; (0, 0, []) when fresh."""
+        self.resumed_from = checkpoint.prepare(
+            self.ckpt_dir, fingerprint_of(self.cfg, self.fingerprint)
+        )
+        if self.resumed_from is None:
+            if self.snapshots:  # a fresh run: snapshots of an older one must not mix in
+                shutil.rmtree(self.out_dir / SNAPSHOT_DIR, ignore_errors=True)
+                save_snapshot(self.policy, self.out_dir, 0)
+            return 0, 0, []
+        state = checkpoint.load(self.resumed_from)
+        checkpoint.load_trainable_state(self.policy.model, state["policy"])
+        self.learner.load_state_dict(state["learner"])
+        if self.sampler is not None and state.get("sampler") is not None:
+            self.sampler.load_state_dict(state["sampler"])
+        checkpoint.set_rng_state(state["rng"])
+        log.info("resumed from %s (round %d)", self.resumed_from, state["iteration"])
+        return state["iteration"], state["real_steps"], list(state["history"])
+
+    def after_round(
+        self, iteration: int, real_steps: int, history: list[dict[str, float]], last: bool
+    ) -> None:
+        """Snapshot pi_<iteration> (before the checkpoint, so a resumed run has every one
+        it needs), then checkpoint every ``save_every`` rounds and after the last."""
+        if self.snapshots:
+            save_snapshot(self.policy, self.out_dir, iteration)
+        if iteration % self.cfg.save_every and not last:
+            return
+        state = {
+            "policy": checkpoint.trainable_state(self.policy.model),
+            "learner": self.learner.state_dict(),
+            "sampler": self.sampler.state_dict() if self.sampler is not None else None,
+            "rng": checkpoint.rng_state(),
+            "iteration": iteration,
+            "real_steps": real_steps,
+            "history": history,
+        }
+        checkpoint.save(self.ckpt_dir, iteration, state, keep=self.cfg.keep_checkpoints)
+
+
+def _budget_spent(cfg: RLAlgoConfig, started: float, real_steps: int) -> bool:
+    """True once the wall-clock or real-step budget of ``cfg`` is spent."""
+    minutes = (time.perf_counter() - started) / 60
+    return (cfg.max_train_minutes is not None and minutes >= cfg.max_train_minutes) or (
+        cfg.max_real_steps is not None and real_steps >= cfg.max_real_steps
+    )
+
+
 def train_rl(
     policy: TrainablePolicy,
     env: EnvSource,
@@ -151,33 +229,19 @@ def train_rl(
     ``snapshots``: keep every round's weights under ``out_dir/snapshots`` (``snapshot_file``).
     """
     out_dir = Path(out_dir)
-    ckpt_dir = out_dir / CHECKPOINT_DIR
     learner = make_learner(policy, cfg, group_fn)  # the reference is copied before resuming
     venv, owned = as_vector_env(env)
     sampler = tasks if isinstance(tasks, TaskSampler) else None
-    start_iteration, real_steps, history = 0, 0, []
-    resumed_from = checkpoint.prepare(ckpt_dir, fingerprint_of(cfg, fingerprint))
-    if resumed_from is not None:
-        state = checkpoint.load(resumed_from)
-        checkpoint.load_trainable_state(policy.model, state["policy"])
-        learner.load_state_dict(state["learner"])
-        if sampler is not None and state.get("sampler") is not None:
-            sampler.load_state_dict(state["sampler"])
-        checkpoint.set_rng_state(state["rng"])
-        start_iteration, real_steps = state["iteration"], state["real_steps"]
-        history = list(state["history"])
-        log.info("resumed from %s (round %d)", resumed_from, start_iteration)
-    elif snapshots:  # a fresh run: snapshots of an older one must not mix in
-        shutil.rmtree(out_dir / SNAPSHOT_DIR, ignore_errors=True)
-    if snapshots and start_iteration == 0:
-        save_snapshot(policy, out_dir, 0)
+    ckpt = _Checkpointing(out_dir, cfg, fingerprint, policy, learner, sampler, snapshots)
+    iteration, real_steps, history = ckpt.resume()
     started = time.perf_counter()
-    iteration = start_iteration
     stopped_by_budget = cfg.max_real_steps is not None and real_steps >= cfg.max_real_steps
     try:
         while iteration < cfg.iterations and not stopped_by_budget:
             seed_everything(seed_int(cfg.seed, "round", iteration))
+            # 1. the round's tasks: a seeded sample, a sampler's pick or a curriculum's batch
             batch_tasks, groups = task_batch(tasks, iteration, cfg)
+            # 2. rollouts: every episode of the round stepped together in the (vector) env
             policy.model.eval()
             batch = collect_rollouts(
                 policy,
@@ -188,10 +252,12 @@ def train_rl(
                 max_new_tokens=cfg.max_new_tokens,
                 max_turns=cfg.max_turns,
             )
+            # 3. the caller's bookkeeping (DreamGym: save, append to the buffer), the sampler
             if on_rollouts is not None:
                 on_rollouts(iteration, batch)
             if sampler is not None:
                 sampler.update([(e.task.task_id, e.reward) for e in batch.episodes])
+            # 4. the policy update: GRPO/PPO epochs over the round's turns
             t0 = time.perf_counter()
             stats = learner.update(batch, iteration)
             stats["policy_kl"] = (
@@ -199,6 +265,7 @@ def train_rl(
             )
             real_steps += batch.real_steps
             iteration += 1
+            # 5. log the round, then checkpoint it
             metrics = {
                 **batch.metrics(),
                 **stats,
@@ -217,30 +284,12 @@ def train_rl(
                 float(stats.get("kl", stats["policy_kl"])),
                 real_steps,
             )
-            if snapshots:  # before the checkpoint: a resumed run has every snapshot it needs
-                save_snapshot(policy, out_dir, iteration)
             if log_fn is not None:
                 log_fn(metrics, iteration)
-            elapsed_min = (time.perf_counter() - started) / 60
-            stopped_by_budget = (
-                cfg.max_train_minutes is not None and elapsed_min >= cfg.max_train_minutes
-            ) or (cfg.max_real_steps is not None and real_steps >= cfg.max_real_steps)
-            last = iteration == cfg.iterations or stopped_by_budget
-            if iteration % cfg.save_every == 0 or last:
-                checkpoint.save(
-                    ckpt_dir,
-                    iteration,
-                    {
-                        "policy": checkpoint.trainable_state(policy.model),
-                        "learner": learner.state_dict(),
-                        "sampler": sampler.state_dict() if sampler is not None else None,
-                        "rng": checkpoint.rng_state(),
-                        "iteration": iteration,
-                        "real_steps": real_steps,
-                        "history": history,
-                    },
-                    keep=cfg.keep_checkpoints,
-                )
+            stopped_by_budget = _budget_spent(cfg, started, real_steps)
+            ckpt.after_round(
+                iteration, real_steps, history, iteration == cfg.iterations or stopped_by_budget
+            )
             if stopped_by_budget:
                 log.info("budget spent after round %d (%d real steps)", iteration, real_steps)
     finally:
@@ -250,7 +299,7 @@ def train_rl(
     with (out_dir / HISTORY_FILE).open("w", encoding="utf-8") as f:
         for row in history:
             f.write(json.dumps(row) + "\n")
-    return summarize(history, cfg, iteration, real_steps, resumed_from, stopped_by_budget)
+    return summarize(history, cfg, iteration, real_steps, ckpt.resumed_from, stopped_by_budget)
 
 
 def snapshot_file(out_dir: Path, iteration: int) -> Path:
