@@ -88,13 +88,8 @@ FORMAT_VERSION = 1
 _LogisticRegression.__module__ = __name__
 
 # evidence labels (also the keys of the env's counters)
-REPLAY, SYNTHETIC_REPLAY, MAP, EDIT, UNKNOWN_ROOM = (
-    "replay",
-    "synthetic_replay",
-    "map",
-    "edit",
-    "unknown_room",
-)
+EVIDENCE_KINDS = ("replay", "synthetic_replay", "map", "edit", "unknown_room")
+REPLAY, SYNTHETIC_REPLAY, MAP, EDIT, UNKNOWN_ROOM = EVIDENCE_KINDS
 
 
 class _Cache:

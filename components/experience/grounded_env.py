@@ -26,11 +26,7 @@ from functools import lru_cache
 from typing import Any
 
 from components.experience.grounded import (
-    EDIT,
-    MAP,
-    REPLAY,
-    SYNTHETIC_REPLAY,
-    UNKNOWN_ROOM,
+    EVIDENCE_KINDS,
     GroundedModel,
     Outcome,
     Query,
@@ -49,7 +45,7 @@ from components.schema import Provenance, Task, Transition
 
 EVIDENCE = "evidence"  # extra info key: what decided the step (replay, map, edit, ...)
 _PROVENANCE = Provenance(policy="synthetic")  # frozen: one shared instance
-_EVIDENCE_KEYS = {e: f"evidence_{e}" for e in (REPLAY, SYNTHETIC_REPLAY, MAP, EDIT, UNKNOWN_ROOM)}
+_EVIDENCE_KEYS = {e: f"evidence_{e}" for e in EVIDENCE_KINDS}
 _feedback_of = lru_cache(maxsize=1 << 14)(feedback_of)  # states repeat across episodes
 
 
