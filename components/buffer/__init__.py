@@ -12,19 +12,16 @@ from components.buffer.embedders import (
     make_embedder,
     minilm_embedder,
 )
-from components.buffer.store import (
-    AddResult,
+from components.buffer.errors import (
     BufferCorruptedError,
     BufferNotFoundError,
     BufferReadOnlyError,
     BufferSchemaError,
     BufferVersionError,
     EmbedderMismatchError,
-    ReplayBuffer,
     ReplayBufferError,
-    filter_sql,
-    fork_buffer,
 )
+from components.buffer.store import AddResult, ReplayBuffer, filter_sql, fork_buffer
 
 __all__ = [
     "SEED_TAG",

@@ -61,10 +61,6 @@ from components.buffer.embedders import Embedder, make_embedder
 from components.buffer.errors import (
     BufferCorruptedError,
     BufferNotFoundError,
-    BufferReadOnlyError,
-    BufferSchemaError,
-    BufferVersionError,
-    EmbedderMismatchError,
     ReplayBufferError,
     first_line,
 )
@@ -97,7 +93,8 @@ from components.buffer.writes import AddResult, WritesMixin
 from components.config import BufferConfig
 from components.schema import Source, Transition
 
-# this module's names from before the split into parts: still importable from here
+# this module's names from before the split into parts: still importable from here (the
+# exceptions it does not raise live in components.buffer.errors and the package)
 __all__ = [
     "LOCK_FILE",
     "META_DIM",
@@ -114,10 +111,6 @@ __all__ = [
     "AddResult",
     "BufferCorruptedError",
     "BufferNotFoundError",
-    "BufferReadOnlyError",
-    "BufferSchemaError",
-    "BufferVersionError",
-    "EmbedderMismatchError",
     "Eviction",
     "ReplayBuffer",
     "ReplayBufferError",
