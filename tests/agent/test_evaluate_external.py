@@ -220,6 +220,20 @@ def test_generate_tasks_adds_external_games_and_deletes_only_its_own_files(user_
     again = generate_tasks(cfg, paths)
     assert again["n_external"] == len(GAMES)
 
+    # external train games flow into collection like generated ones: the expert (each
+    # game's walkthrough) wins every one of them
+    from components.data.collect import collect
+    from components.stages.data import load_tasks
+
+    ours = [t for t in load_tasks(paths) if t.external]
+    play = cfg.collect.model_copy(
+        update={"episodes": {"expert": 1}, "demo_games": None, "workers": 1}
+    )
+    summary = collect(cfg.model_copy(update={"collect": play}), ours, root / "raw", root, False)
+    rows = [json.loads(line) for f in sorted((root / "raw").glob("*.jsonl")) for line in f.open()]
+    assert {r["task_id"] for r in rows} == {t.task_id for t in ours}
+    assert all(r["success"] and r["steps"] for r in rows), summary
+
 
 def test_task_list_config_validates_its_split():
     with pytest.raises(ValueError):
