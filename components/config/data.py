@@ -152,7 +152,7 @@ class SplitConfig(_Section):
 
 
 class ExternalGamesConfig(_Section):
-    """A folder or glob of TextWorld games made elsewhere (``.z8``/``.ulx`` + ``.json``)."""
+    """A folder or glob of TextWorld games made elsewhere (``.z8`` + ``.json``; no ``.ulx``)."""
 
     path: str = Field(
         min_length=1,

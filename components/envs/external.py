@@ -97,6 +97,11 @@ def game_task(game: Path, root: Path, split: Split, family: str) -> Task:
     meta = game.with_suffix(".json")
     if not meta.is_file():
         raise ValueError(f"{meta.name} missing: TextWorld needs the game's .json beside it")
+    if game.suffix == ".ulx":  # found so that it is quarantined with a reason, not skipped
+        raise ValueError(
+            f"{game.name}: Glulx (.ulx) games need TextWorld < 1.7, this install plays "
+            f"Z-machine games only: rebuild it as .z8 (tw-make ... --format z8)"
+        )
     if game.suffix.startswith(".z") and (problem := story_file_problem(game)) is not None:
         raise ValueError(problem)
     try:

@@ -288,3 +288,14 @@ def test_task_validation_stays_strict_around_an_empty_instruction(games: dict[st
             Task.model_validate({**task, field: bad})
     with pytest.raises(ValidationError, match="instruction"):
         Task.model_validate({k: v for k, v in task.items() if k != "instruction"})
+
+
+def test_a_glulx_game_is_quarantined_with_how_to_fix_it(tmp_path: Path):
+    from components.envs.external import games_tasks
+
+    (tmp_path / "old.ulx").write_bytes(b"Glul" + bytes(60))
+    (tmp_path / "old.json").write_text("{}")
+    found = games_tasks(tmp_path, tmp_path, "test", "mine")
+    assert found.tasks == []
+    [row] = found.quarantined
+    assert row["source"].endswith("old.ulx") and "--format z8" in row["reasons"][0]
