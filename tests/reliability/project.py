@@ -26,6 +26,8 @@ from tests.factories import make_trajectory
 
 ROOT = Path(__file__).resolve().parents[2]
 TASK_IDS = ("tw-quest-0", "tw-quest-1")
+KEY_ENV = "DREAMGYM_RELIABILITY_KEY"  # the variable the suite's openai teachers read
+TEACHER_CONCURRENCY = 2
 
 
 def make_tasks() -> list[Task]:
@@ -87,6 +89,24 @@ def make_project(
     if trajectories:
         write_jsonl(paths.raw / "collected.jsonl", trajectories)
     return load_config(params), paths
+
+
+def openai_teacher(base_url: str) -> dict:
+    """params.yaml overrides: the openai teacher on a local server, test-sized limits."""
+    return {
+        "teacher": {
+            "backend": "openai",
+            "model": "gpt-4o",
+            "base_url": base_url,
+            "api_key_env": KEY_ENV,
+            "concurrency": TEACHER_CONCURRENCY,
+            "max_retries": 2,
+            "timeout_s": 10.0,
+            "backoff_base_s": 0.01,
+            "backoff_max_s": 0.05,
+            "max_tokens": 64,
+        }
+    }
 
 
 def child_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:

@@ -25,10 +25,9 @@ import pytest
 from components.config import Config, TeacherConfig
 from components.teacher import BudgetExhaustedError, annotate, failures_path_for
 from tests.fakes import openai_server as fk
-from tests.reliability.project import make_trajectories
+from tests.reliability.project import KEY_ENV, make_trajectories
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
-KEY_ENV = "DREAMGYM_RELIABILITY_KEY"
 KEY = "sk-reliability-fault-key-000000"
 STORM = [*fk.TRANSIENT, fk.RATE_LIMIT_BARE, fk.DROP, fk.SLOW_BODY]
 # what the failures file says for a transition whose every attempt hit this fault

@@ -32,6 +32,8 @@ from components.schema import write_jsonl
 from components.teacher import failures_path_for
 from tests.fakes import openai_server as fk
 from tests.reliability.project import (
+    KEY_ENV,
+    TEACHER_CONCURRENCY,
     child_env,
     cli_args,
     complete_ids,
@@ -40,6 +42,7 @@ from tests.reliability.project import (
     last_json,
     make_project,
     make_trajectories,
+    openai_teacher,
     python_argv,
     spawn,
     wait_until,
@@ -47,26 +50,6 @@ from tests.reliability.project import (
 )
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
-KEY_ENV = "DREAMGYM_RELIABILITY_KEY"
-CONCURRENCY = 2
-
-
-def openai_teacher(base_url: str) -> dict:
-    """params.yaml overrides: the openai teacher on a local server, test-sized limits."""
-    return {
-        "teacher": {
-            "backend": "openai",
-            "model": "gpt-4o",
-            "base_url": base_url,
-            "api_key_env": KEY_ENV,
-            "concurrency": CONCURRENCY,
-            "max_retries": 2,
-            "timeout_s": 10.0,
-            "backoff_base_s": 0.01,
-            "backoff_max_s": 0.05,
-            "max_tokens": 64,
-        }
-    }
 
 
 @pytest.mark.slow
@@ -109,7 +92,7 @@ def test_annotate_cli_killed_mid_run_resumes_without_loss_or_duplicates(
     assert stats["n_annotated"] == len(all_ids) - len(before) == len(fast.completion_requests)
     assert count_lines(failures_path_for(out)) == 0
     # only the requests in flight at the kill were paid for and not kept
-    assert 0 <= paid_but_lost <= CONCURRENCY
+    assert 0 <= paid_but_lost <= TEACHER_CONCURRENCY
     print(
         f"\n[crash/annotate] {len(all_ids)} transitions, killed after {len(before)}, "
         f"rerun annotated {stats['n_annotated']}: lost=0 duplicated=0, "

@@ -19,15 +19,16 @@ import pytest
 
 from tests.fakes import openai_server as fk
 from tests.reliability.project import (
+    KEY_ENV,
     child_env,
     cli_args,
     files_under,
     make_project,
     make_trajectories,
+    openai_teacher,
     spawn,
     write_params,
 )
-from tests.reliability.test_crash_resume import KEY_ENV, openai_teacher
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 SECRET_PART = "5f0c2b9e7d41a8836e1f"
