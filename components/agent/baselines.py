@@ -239,7 +239,7 @@ def train_dpo_policy(
 ) -> tuple[Any, DPOResult]:
     """DPO from ``model`` (the SFT policy, also the reference); resumes a same-fingerprint run."""
     from components.experience.sft import prepare_checkpoints
-    from components.lm.training import first_last, timed_train
+    from components.lm.training import first_last, run_fields, timed_train
 
     resume = prepare_checkpoints(checkpoint_dir, fingerprint)
     trainer, dropped = make_dpo_trainer(model, tokenizer, pairs, acfg, checkpoint_dir)
@@ -249,22 +249,14 @@ def train_dpo_policy(
         trained = trained.merge_and_unload()  # a plain model: inference needs no peft
     trained = plain_forward(trained)
     history = trainer.state.log_history
-    first_loss, last_loss = first_last(history, "loss")
     first_acc, last_acc = first_last(history, "rewards/accuracies")
     result = DPOResult(
-        steps=trainer.state.global_step,
-        seconds=seconds,
         n_pairs=len(trainer.train_dataset),
         n_dropped_too_long=dropped,
-        train_loss=output.training_loss,
-        first_loss=first_loss,
-        last_loss=last_loss,
         first_accuracy=first_acc,
         last_accuracy=last_acc,
         last_margin=first_last(history, "rewards/margins")[1],
-        resumed_from=resume,
-        stopped_by_time_budget=stopped,
-        log_history=list(trainer.state.log_history),
+        **run_fields(trainer, output, seconds, resume, stopped),
     )
     return trained, result
 

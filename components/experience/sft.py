@@ -24,8 +24,8 @@ from components.agent.checkpoint import same_run
 from components.config import ExperienceConfig
 from components.experience.dataset import ExperienceExample
 from components.lm.training import (
-    first_last,
     lora_config,
+    run_fields,
     run_metrics,
     timed_train,
     trainer_args,
@@ -180,20 +180,12 @@ def train_sft(
     trained = trainer.model
     if cfg.lora:
         trained = trained.merge_and_unload()  # a plain model: inference needs no peft
-    first_loss, last_loss = first_last(trainer.state.log_history, "loss")
     result = SFTResult(
-        steps=trainer.state.global_step,
-        seconds=seconds,
         n_train=len(trainer.train_dataset),
         n_dropped_too_long=fit.dropped,
         n_fewer_retrieved=fit.shrunk,
-        train_loss=output.training_loss,
-        first_loss=first_loss,
-        last_loss=last_loss,
         eval_loss=eval_loss,
-        resumed_from=resume,
-        stopped_by_time_budget=stopped,
-        log_history=list(trainer.state.log_history),
+        **run_fields(trainer, output, seconds, resume, stopped),
     )
     return trained, result
 

@@ -92,6 +92,24 @@ def first_last(log_history: Sequence[dict[str, Any]], key: str) -> tuple[Any, An
     return (values[0], values[-1]) if values else (None, None)
 
 
+def run_fields(
+    trainer: Any, output: Any, seconds: float, resume: str | None, stopped: bool
+) -> dict[str, Any]:
+    """The fields every training result shares, from a finished ``timed_train`` run."""
+    history = trainer.state.log_history
+    first_loss, last_loss = first_last(history, "loss")
+    return {
+        "steps": trainer.state.global_step,
+        "seconds": seconds,
+        "train_loss": output.training_loss,
+        "first_loss": first_loss,
+        "last_loss": last_loss,
+        "resumed_from": resume,
+        "stopped_by_time_budget": stopped,
+        "log_history": list(history),
+    }
+
+
 def run_metrics(
     result: Any, counts: dict[str, int], losses: Sequence[str], *, minutes: bool = False
 ) -> dict[str, float | int]:
