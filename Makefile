@@ -19,7 +19,7 @@ export PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS := 180
 export TOKENIZERS_PARALLELISM := false
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: setup system-deps run summary exps test lint format bench ui prefect-ui clean help
+.PHONY: setup system-deps run summary exps promote test lint format bench ui prefect-ui clean help
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -86,6 +86,9 @@ EXPS_DROP := ^(data|models|metrics|components|reports)/
 EXPS_KEEP := ^(success|fidelity)\.|^train_minutes$$
 exps:  ## compare DVC experiments: headline metrics and the params that differ (dvc exp show)
 	$(BIN)/dvc exp show --only-changed --drop '$(EXPS_DROP)' --keep '$(EXPS_KEEP)' $(EXPS_ARGS)
+
+promote: setup  ## after make run: pick experience-model@champion and policy@champion (held-out)
+	$(BIN)/dreamgym promote
 
 lint: setup  ## ruff lint + format check
 	$(BIN)/ruff check .

@@ -403,6 +403,13 @@ STAGES: tuple[Stage, ...] = (
         "evaluation:report",
         "Write reports/report.md and its plots from the metrics files; log them to MLflow.",
     ),
+    Stage(
+        "promote",
+        "promote:promote",
+        "After a run: experience-model@champion if the candidate's held-out fidelity beats\n"
+        "the champion and the trivial baselines; policy@champion = Table 1's best held-out\n"
+        "success if it beats random and the champion (the Prefect pipeline does the same).",
+    ),
 )
 
 

@@ -119,34 +119,21 @@ def bump_collect_round(root: Path) -> int:
 
 def promote_experience_model(root: Path) -> Decision:
     """Apply the promotion rule to ``experience-model@candidate`` (after its fidelity)."""
-    from components.config import load_config
-    from components.evaluation.promotion import EXPERIENCE_FLOORS, apply_promotion
-    from components.stages.experience import REGISTERED_MODEL
+    from components.config import Paths, load_config
+    from components.stages import promote
 
-    cfg = load_config(root / PARAMS_FILE)
-    decision = apply_promotion(
-        root,
-        REGISTERED_MODEL,
-        cfg.promotion.experience_metric,
-        cfg.promotion.margin,
-        floors=tuple(m for m, _ in EXPERIENCE_FLOORS),  # beat the trivial baselines first
-    )
-    get_run_logger().info("promotion of %s: %s", REGISTERED_MODEL, decision)
+    decision = promote.promote_experience_model(load_config(root / PARAMS_FILE), Paths(root))
+    get_run_logger().info("promotion of the experience model: %s", decision)
     return decision
 
 
 def promote_policy(root: Path) -> Decision:
     """``policy@champion``: Table 1's best held-out success, if above random and the champion."""
-    import json
-
     from components.config import Paths, load_config
-    from components.evaluation.promotion import apply_policy_promotion
-    from components.stages.agent import REGISTERED_MODEL, TABLE1_METRICS
+    from components.stages import promote
 
-    cfg = load_config(root / PARAMS_FILE)
-    table1 = json.loads((Paths(root).metrics / TABLE1_METRICS).read_text(encoding="utf-8"))
-    decision = apply_policy_promotion(root, table1, cfg.promotion.margin, name=REGISTERED_MODEL)
-    get_run_logger().info("promotion of %s: %s", REGISTERED_MODEL, decision)
+    decision = promote.promote_policy(load_config(root / PARAMS_FILE), Paths(root))
+    get_run_logger().info("promotion of the policy: %s", decision)
     return decision
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -262,3 +263,30 @@ def test_policy_champion_is_the_best_held_out_success_above_random(tmp_path: Pat
     # a lucky-looking sft within the margin does not displace it
     d = apply_policy_promotion(tmp_path, _table1(random=0.16, sft=0.85, dreamgym_grpo=0.80), 0.02)
     assert not d.promote and "below margin" in d.reason
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(180)
+def test_promote_command_applies_both_rules_after_a_run(tmp_path: Path):
+    from typer.testing import CliRunner
+
+    from components import tracking
+    from components.cli import app
+
+    cfg, model_dir = _ci_config_and_model(tmp_path)
+    with tracking.stage_run("train", "agent", cfg, (), tmp_path) as run:
+        version = tracking.register_model_dir(run, model_dir, "policy", aliases=(CANDIDATE, "sft"))
+    args = ["promote", "--params", str(ROOT / "params.yaml"), "--profile", "ci"]
+    args += ["--root", str(tmp_path)]
+    missing = CliRunner().invoke(app, args)
+    assert missing.exit_code != 0 and "table1.json missing" in missing.output
+
+    (tmp_path / "metrics").mkdir()
+    (tmp_path / "metrics" / "table1.json").write_text(json.dumps(_table1(random=0.2, sft=0.7)))
+    result = CliRunner().invoke(app, args, catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    out = json.loads(result.output[result.output.index("{") :])
+    assert out["policy"]["promoted"] and out["policy"]["version"] == version
+    assert not out["experience_model"]["promoted"]  # none registered: refused with a reason
+    assert out["experience_model"]["reason"]
+    assert tracking.model_version_by_alias("policy", CHAMPION)[0] == version
