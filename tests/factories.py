@@ -181,3 +181,14 @@ def ppo_config(**overrides: Any) -> Any:
 
     small = {**SMALL_RL, "epochs": 2, "minibatch_size": 16, "gamma": 1.0, "seeds": None}
     return PPOConfig(**{**small, **overrides})
+
+
+def each_rl_algo(
+    grpo: dict[str, Any] | None = None, ppo: dict[str, Any] | None = None, **shared: Any
+) -> Any:
+    """Parametrize a test's ``cfg`` by a GRPO and a PPO config (ids ``grpo``, ``ppo``): both
+    small configs under ``shared``, each under its own ``grpo`` / ``ppo`` overrides."""
+    import pytest
+
+    configs = [grpo_config(**shared, **(grpo or {})), ppo_config(**shared, **(ppo or {}))]
+    return pytest.mark.parametrize("cfg", configs, ids=["grpo", "ppo"])

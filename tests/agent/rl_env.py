@@ -7,12 +7,13 @@ from typing import Any
 from components.agent.policy import SYSTEM_PROMPT, Observation, render_answer
 from components.envs.base import ADMISSIBLE, FEEDBACK, VALID, WON, EnvError
 from components.schema import Task
-from tests.factories import make_task
+from tests.factories import grpo_config, make_task
 
 WORDS = ("abracadabra", "please", "sesame")
 TARGET = "abracadabra"
 START = "A closed door. Nothing else."
 INSTRUCTION = "Say the magic word to open the door."
+ANSWER_TOKENS = 12  # the completion cap the magic-word tests sample with
 
 
 class MagicWordEnv:
@@ -52,6 +53,11 @@ class MagicWordEnv:
 def magic_task(i: int = 0, target: str = TARGET) -> Task:
     """A magic-word task."""
     return make_task(f"magic-{i}", INSTRUCTION, i, env="magic", walkthrough=[target])
+
+
+def magic_grpo(**overrides: Any) -> Any:
+    """``grpo_config`` for the magic-word env: completions capped at ``ANSWER_TOKENS``."""
+    return grpo_config(max_new_tokens=ANSWER_TOKENS, **overrides)
 
 
 def first_observation() -> Observation:

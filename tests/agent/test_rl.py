@@ -22,8 +22,16 @@ from components.agent.train import (
     train_rl,
 )
 from components.envs.vector import EnvList
-from tests.agent.rl_env import TARGET, WORDS, MagicWordEnv, first_observation, magic_task
-from tests.factories import grpo_config, ppo_config
+from tests.agent.rl_env import (
+    ANSWER_TOKENS,
+    TARGET,
+    WORDS,
+    MagicWordEnv,
+    first_observation,
+    magic_grpo,
+    magic_task,
+)
+from tests.factories import each_rl_algo
 
 
 def target_logprob(policy: PolicyModel, word: str = TARGET) -> float:
@@ -201,7 +209,7 @@ def test_real_step_counter_is_exact(magic_policy: PolicyModel, tmp_path: Path) -
         return made[-1]
 
     seen: list[int] = []
-    cfg = grpo_config(iterations=2, tasks_per_iteration=1, rollouts_per_task=3, max_new_tokens=12)
+    cfg = magic_grpo(iterations=2, tasks_per_iteration=1, rollouts_per_task=3)
     out = train_rl(
         magic_policy,
         factory,
@@ -217,27 +225,13 @@ def test_real_step_counter_is_exact(magic_policy: PolicyModel, tmp_path: Path) -
 # -- learning ------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(
-    "cfg",
-    [
-        grpo_config(
-            iterations=6,
-            tasks_per_iteration=2,
-            rollouts_per_task=8,
-            learning_rate=5e-4,
-            max_new_tokens=12,
-            save_every=100,
-        ),
-        ppo_config(
-            iterations=6,
-            tasks_per_iteration=16,
-            learning_rate=5e-4,
-            value_learning_rate=1e-2,
-            max_new_tokens=12,
-            save_every=100,
-        ),
-    ],
-    ids=["grpo", "ppo"],
+@each_rl_algo(
+    grpo={"tasks_per_iteration": 2, "rollouts_per_task": 8},
+    ppo={"tasks_per_iteration": 16, "value_learning_rate": 1e-2},
+    iterations=6,
+    learning_rate=5e-4,
+    max_new_tokens=ANSWER_TOKENS,
+    save_every=100,
 )
 def test_updates_raise_the_rewarded_action(magic_policy: PolicyModel, cfg, tmp_path: Path) -> None:
     before_lp, before = target_logprob(magic_policy), params_of(magic_policy)
@@ -283,22 +277,13 @@ class Interrupt(Exception):
     """Stands in for a kill in the middle of training."""
 
 
-@pytest.mark.parametrize(
-    "cfg",
-    [
-        grpo_config(
-            iterations=4,
-            tasks_per_iteration=1,
-            rollouts_per_task=4,
-            learning_rate=5e-4,
-            max_new_tokens=12,
-            save_every=2,
-        ),
-        ppo_config(
-            iterations=4, tasks_per_iteration=4, learning_rate=5e-4, max_new_tokens=12, save_every=2
-        ),
-    ],
-    ids=["grpo", "ppo"],
+@each_rl_algo(
+    grpo={"tasks_per_iteration": 1, "rollouts_per_task": 4},
+    ppo={"tasks_per_iteration": 4},
+    iterations=4,
+    learning_rate=5e-4,
+    max_new_tokens=ANSWER_TOKENS,
+    save_every=2,
 )
 def test_resume_after_interruption_matches_uninterrupted_run(
     magic_policy_state, one_thread, cfg, tmp_path: Path
@@ -356,13 +341,8 @@ def test_resume_after_interruption_matches_uninterrupted_run(
 def test_real_step_budget_stops_training_after_a_checkpoint(
     magic_policy: PolicyModel, tmp_path: Path
 ) -> None:
-    cfg = grpo_config(
-        iterations=10,
-        tasks_per_iteration=1,
-        rollouts_per_task=4,
-        max_new_tokens=12,
-        max_real_steps=5,
-        save_every=100,
+    cfg = magic_grpo(
+        iterations=10, tasks_per_iteration=1, rollouts_per_task=4, max_real_steps=5, save_every=100
     )
     out = train_rl(magic_policy, lambda: MagicWordEnv(max_steps=1), [magic_task()], cfg, tmp_path)
     # 4 single-step episodes per round: the round that crosses 5 real steps is the last
@@ -383,13 +363,8 @@ def test_lora_policy_trains_adapters_only_and_saves_merged(
     magic_policy.add_lora(LoraSettings(r=4, alpha=8))
     assert magic_policy.is_lora
     frozen = {n: p.detach().clone() for n, p in magic_policy.model.named_parameters()}
-    cfg = grpo_config(
-        iterations=3,
-        tasks_per_iteration=2,
-        rollouts_per_task=8,
-        learning_rate=5e-3,
-        max_new_tokens=12,
-        save_every=1,
+    cfg = magic_grpo(
+        iterations=3, tasks_per_iteration=2, rollouts_per_task=8, learning_rate=5e-3, save_every=1
     )
     train_rl(magic_policy, lambda: MagicWordEnv(max_steps=1), [magic_task()], cfg, tmp_path)
     moved = {n for n, p in magic_policy.model.named_parameters() if not p.detach().equal(frozen[n])}
@@ -425,10 +400,10 @@ def test_env_failures_end_the_episode_count_the_step_and_are_not_trained_on(
     assert crashed.terminated and not crashed.success and len(ok.turns) == 3
     assert batch.real_steps == 5 == sum(e.steps for e in envs)  # the failed step counts
     assert [r.episode for r in flatten(batch.episodes)] == [0, 0, 0]  # crash: not trained on
-    keep_flat = grpo_config(max_new_tokens=12, drop_zero_std_groups=False)
+    keep_flat = magic_grpo(drop_zero_std_groups=False)
     assert GRPO(magic_policy, keep_flat).update(batch, 0)["train_turns"] == 3.0
     # by default a group without reward variance costs no update at all
-    stats = GRPO(magic_policy, grpo_config(max_new_tokens=12)).update(batch, 0)
+    stats = GRPO(magic_policy, magic_grpo()).update(batch, 0)
     assert stats["train_turns"] == 0.0 and stats["optimizer_steps"] == 0.0
 
 

@@ -7,8 +7,7 @@ from pathlib import Path
 from components.agent.policy_model import PolicyModel
 from components.agent.rollout import collect_rollouts
 from components.agent.train import train_rl
-from tests.agent.rl_env import START, magic_task
-from tests.factories import grpo_config
+from tests.agent.rl_env import START, magic_grpo, magic_task
 
 
 def synthetic_env(policy: PolicyModel):
@@ -43,6 +42,6 @@ def test_rollouts_and_training_in_the_synthetic_env_use_no_real_steps(
     assert [len(e.turns) for e in batch.episodes] == [1, 1, 1, 1]  # malformed model: failure
     assert all(e.terminated and not e.success for e in batch.episodes)
     assert venv.done
-    cfg = grpo_config(iterations=1, tasks_per_iteration=1, rollouts_per_task=2, max_new_tokens=12)
+    cfg = magic_grpo(iterations=1, tasks_per_iteration=1, rollouts_per_task=2)
     out = train_rl(magic_policy, venv, [magic_task()], cfg, tmp_path)
     assert out["real_steps"] == 0 and out["episodes"] == 2

@@ -12,7 +12,7 @@ from components.agent.rollout import collect_rollouts
 from components.agent.train import train_rl
 from components.envs.textworld_env import TextWorldEnv
 from components.envs.vector import EnvList
-from tests.factories import grpo_config, ppo_config
+from tests.factories import each_rl_algo
 from tests.integration.textworld_suite import Suite, suite_config
 
 pytestmark = pytest.mark.integration
@@ -68,14 +68,7 @@ def test_malformed_answers_are_invalid_real_steps(
     assert first[0].observation.admissible  # TextWorld lists admissible commands
 
 
-@pytest.mark.parametrize(
-    "cfg",
-    [
-        grpo_config(iterations=2, tasks_per_iteration=2, rollouts_per_task=2, max_new_tokens=8),
-        ppo_config(iterations=2, tasks_per_iteration=2, rollouts_per_task=2, max_new_tokens=8),
-    ],
-    ids=["grpo", "ppo"],
-)
+@each_rl_algo(iterations=2, tasks_per_iteration=2, rollouts_per_task=2, max_new_tokens=8)
 def test_training_rounds_on_real_textworld_count_every_step(
     magic_policy: PolicyModel, quest_suite: Suite, cfg, tmp_path: Path
 ) -> None:
