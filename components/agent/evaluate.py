@@ -41,6 +41,8 @@ from components.evaluation.fidelity import wilson_interval
 from components.schema import Task
 
 log = logging.getLogger(__name__)
+# evaluation pass p of training seed s samples with seed s + stride x p: no two collide
+PASS_SEED_STRIDE = 1000
 
 TEST_SPLIT = "test"
 

@@ -2,7 +2,8 @@
 the random-admissible baseline.
 
 Input: the evaluation episodes of every method (``data/eval/<method>.jsonl``: one row
-per (task, training seed, mode) with ``success``), written by the evaluate_policy stage.
+per (task, training seed, mode, pass) with ``success``), written by the evaluate_policy
+stage; the ``agent.eval.passes`` sampled passes of a (task, seed) are averaged first.
 Every method plays the same test tasks with the same seeds and step limit; the headline
 is the **sampled** success (temperature ``agent.eval.temperature``; every method,
 random included), greedy success is reported beside it.
@@ -47,13 +48,21 @@ BOOTSTRAP = 2000
 Table = dict[str, Any]
 
 
-def _matrix(rows: Iterable[Mapping[str, Any]], mode: str) -> dict[str, dict[int, float]]:
-    """task -> seed -> success of one mode's episodes."""
-    out: dict[str, dict[int, float]] = defaultdict(dict)
+def _cells(rows: Iterable[Mapping[str, Any]], mode: str) -> dict[str, dict[int, list[float]]]:
+    """task -> seed -> the successes of one mode's episodes (one per evaluation pass)."""
+    out: dict[str, dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
     for r in rows:
         if r["mode"] == mode:
-            out[r["task_id"]][int(r["seed"])] = float(r["success"])
-    return dict(out)
+            out[r["task_id"]][int(r["seed"])].append(float(r["success"]))
+    return {t: dict(seeds) for t, seeds in out.items()}
+
+
+def _matrix(rows: Iterable[Mapping[str, Any]], mode: str) -> dict[str, dict[int, float]]:
+    """task -> seed -> success of one mode's episodes (the mean over its passes)."""
+    return {
+        t: {s: float(np.mean(v)) for s, v in seeds.items()}
+        for t, seeds in _cells(rows, mode).items()
+    }
 
 
 def cluster_bootstrap(values: Mapping[str, Sequence[float]], seed: int = 0) -> tuple[float, float]:
@@ -78,6 +87,7 @@ def mode_summary(rows: Sequence[Mapping[str, Any]], mode: str) -> dict[str, Any]
         return None
     values = {t: list(seeds.values()) for t, seeds in m.items()}
     flat = [v for vs in values.values() for v in vs]
+    episodes = sum(r["mode"] == mode for r in rows)
     lo, hi = cluster_bootstrap(values)
     seeds = sorted({s for seeds in m.values() for s in seeds})
     per_seed = {
@@ -87,7 +97,7 @@ def mode_summary(rows: Sequence[Mapping[str, Any]], mode: str) -> dict[str, Any]
         "success": float(np.mean(flat)),
         "ci_low": lo,
         "ci_high": hi,
-        "episodes": len(flat),
+        "episodes": episodes,
         "tasks": len(m),
         "seeds": len(seeds),
         "per_seed": per_seed,

@@ -72,12 +72,18 @@ class PolicyDPOConfig(_Section):
 class PolicyEvalConfig(_Section):
     """Evaluation of a policy on the held-out real test tasks.
 
-    Every training seed's policy plays every test task once sampled (the headline, with
-    the seed as sampling seed) and, with ``greedy``, once greedily.
+    Every training seed's policy plays every test task ``passes`` times sampled (the
+    headline; pass p samples with seed + 1000 p) and, with ``greedy``, once greedily.
     """
 
     temperature: float = Field(
         1.0, gt=0, description="sampling temperature of the headline (sampled) episodes"
+    )
+    passes: int = Field(
+        3,
+        ge=1,
+        description="sampled passes over the test tasks per training seed (more passes: "
+        "a tighter CI on the same games; a (task, seed)'s passes are averaged)",
     )
     greedy: bool = Field(False, description="also play every task greedily and report it")
     max_new_tokens: int = Field(64, ge=8, description="generation cap per decision")

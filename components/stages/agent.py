@@ -210,48 +210,57 @@ def training_real_steps(paths: Paths, method: str) -> float | None:
 
 
 def eval_job(cfg: Config, paths: Paths, method: str, seed: int, mode: str) -> list[dict[str, Any]]:
-    """Worker: one seed's policy (or the random baseline) on every test task, one mode."""
+    """Worker: one seed's policy (or the random baseline) on every test task, one mode.
+
+    Sampled: ``agent.eval.passes`` passes, pass p with sampling and env seed
+    ``seed + PASS_SEED_STRIDE * p`` (pass 0: the seed itself); greedy: one pass.
+    """
     import torch
 
-    from components.agent.evaluate import held_out_tasks, run_episodes
+    from components.agent.evaluate import PASS_SEED_STRIDE, held_out_tasks, run_episodes
     from components.agent.loading import Acting, RandomAdmissible, load_policy
     from components.envs import env_factory
     from components.stages.data import load_tasks
 
     tasks = held_out_tasks(load_tasks(paths))
     e = cfg.agent.eval
-    if method == RANDOM:
-        policy: Any = RandomAdmissible(seed)
-    else:
-        loaded = load_policy(policy_dir(paths, method, seed), cfg.agent)
-        policy = Acting(loaded, e.temperature if mode == "sampled" else 0.0, e.max_new_tokens)
-    torch.manual_seed(seed)
-    name = f"{method} seed {seed} {mode}"
-    records = run_episodes(
-        policy,
-        tasks,
-        env_factory(cfg.env, paths.root),
-        seed=seed,
-        parallel=e.parallel_envs,
-        desc=f"eval {name}",
-    )
-    wins = sum(r.success for r in records)
-    log.info("evaluated %s: %d/%d test episodes won", name, wins, len(records))
-    return [
-        {
-            "method": method,
-            "mode": mode,
-            "seed": seed,
-            "task_id": r.task_id,
-            "success": int(r.success),
-            "steps": r.steps,
-            "invalid": r.invalid,
-            "malformed": r.malformed,
-            "truncated": int(r.truncated),
-            "env_error": r.env_error,
-        }
-        for r in records
-    ]
+    loaded = None if method == RANDOM else load_policy(policy_dir(paths, method, seed), cfg.agent)
+    rows: list[dict[str, Any]] = []
+    for p in range(e.passes if mode == "sampled" else 1):
+        run_seed = seed + PASS_SEED_STRIDE * p
+        if loaded is None:
+            policy: Any = RandomAdmissible(run_seed)
+        else:
+            policy = Acting(loaded, e.temperature if mode == "sampled" else 0.0, e.max_new_tokens)
+        torch.manual_seed(run_seed)
+        name = f"{method} seed {seed} {mode}" + (f" pass {p}" if e.passes > 1 else "")
+        records = run_episodes(
+            policy,
+            tasks,
+            env_factory(cfg.env, paths.root),
+            seed=run_seed,
+            parallel=e.parallel_envs,
+            desc=f"eval {name}",
+        )
+        wins = sum(r.success for r in records)
+        log.info("evaluated %s: %d/%d test episodes won", name, wins, len(records))
+        rows += [
+            {
+                "method": method,
+                "mode": mode,
+                "seed": seed,
+                "pass": p,
+                "task_id": r.task_id,
+                "success": int(r.success),
+                "steps": r.steps,
+                "invalid": r.invalid,
+                "malformed": r.malformed,
+                "truncated": int(r.truncated),
+                "env_error": r.env_error,
+            }
+            for r in records
+        ]
+    return rows
 
 
 def evaluate_policy(cfg: Config, paths: Paths, method: str) -> dict[str, Any]:

@@ -112,6 +112,7 @@ def _episodes(cfg: Config, paths: Paths, policy: Any, tasks: list, seed: int) ->
 
 def play(cfg: Config, paths: Paths, dirs: list, tasks: list) -> list[dict[str, Any]]:
     """Episode rows of the policy (every seed and mode) and of the random baseline."""
+    from components.agent.evaluate import PASS_SEED_STRIDE
     from components.agent.loading import Acting, RandomAdmissible, load_policy
     from components.agent.table1 import GREEDY, SAMPLED
 
@@ -125,18 +126,24 @@ def play(cfg: Config, paths: Paths, dirs: list, tasks: list) -> list[dict[str, A
     for seed, folder in runs:
         loaded = load_policy(folder, cfg.agent)
         for mode, temperature in modes:
-            acting = Acting(loaded, temperature, e.max_new_tokens)
-            rows += _rows(POLICY, mode, _episodes(cfg, paths, acting, tasks, seed))
-        rows += _rows(RANDOM, SAMPLED, _episodes(cfg, paths, RandomAdmissible(seed), tasks, seed))
+            for p in range(e.passes if mode == SAMPLED else 1):
+                acting = Acting(loaded, temperature, e.max_new_tokens)
+                played = _episodes(cfg, paths, acting, tasks, seed + PASS_SEED_STRIDE * p)
+                rows += _rows(POLICY, mode, seed, p, played)
+        for p in range(e.passes):
+            run_seed = seed + PASS_SEED_STRIDE * p
+            played = _episodes(cfg, paths, RandomAdmissible(run_seed), tasks, run_seed)
+            rows += _rows(RANDOM, SAMPLED, seed, p, played)
     return rows
 
 
-def _rows(method: str, mode: str, records: list) -> list[dict[str, Any]]:
+def _rows(method: str, mode: str, seed: int, p: int, records: list) -> list[dict[str, Any]]:
     return [
         {
             "method": method,
             "mode": mode,
-            "seed": r.seed,
+            "seed": seed,
+            "pass": p,
             "task_id": r.task_id,
             "success": int(r.success),
             "steps": r.steps,

@@ -13,6 +13,7 @@ from components.agent.table1 import (
     build_table,
     cluster_bootstrap,
     markdown,
+    mode_summary,
     paired_difference,
 )
 from components.evaluation.fidelity import wilson_interval
@@ -103,6 +104,18 @@ def test_paired_difference_subtracts_the_same_task_and_seed():
     assert diff["pairs"] == 8 and diff["diff"] == pytest.approx(3 / 8)
     assert diff["ci_low"] <= diff["diff"] <= diff["ci_high"]
     assert paired_difference(method, _rows([1], mode="greedy")) is None  # nothing shared
+
+
+def test_evaluation_passes_are_averaged_per_task_and_seed():
+    # two sampled passes of seed 0 and one of seed 1 on two tasks: 6 episodes
+    rows = _rows([1, 0]) + _rows([1, 1]) + _rows([0, 0], seed=1)
+    head = mode_summary(rows, "sampled")
+    assert head["episodes"] == 6 and head["tasks"] == 2 and head["seeds"] == 2
+    # (task, seed) means: t0 {0: 1, 1: 0}, t1 {0: .5, 1: 0}
+    assert head["success"] == pytest.approx(1.5 / 4)
+    assert head["per_seed"] == {"0": 0.75, "1": 0.0}
+    diff = paired_difference(rows, _rows([0, 0]) + _rows([0, 0], seed=1))
+    assert diff["pairs"] == 4 and diff["diff"] == pytest.approx(1.5 / 4)
 
 
 def test_table1_has_every_method_random_first_and_never_fills_in():
