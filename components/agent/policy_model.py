@@ -19,6 +19,7 @@ the distribution the tokens were sampled from (as TRL's GRPOTrainer does).
 from __future__ import annotations
 
 import copy
+from abc import ABC, abstractmethod
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -85,7 +86,67 @@ class TokenScores:
     last_hidden: torch.Tensor | None  # [B, H] final hidden state at the last prompt token
 
 
-class PolicyModel:
+class TrainablePolicy(ABC):
+    """What rollouts and RL need of a policy: the LM ``PolicyModel`` (below) and the scoring
+    ``ScorerPolicy`` (components/agent/scorer.py) both subclass it."""
+
+    model: Any  # the torch module whose trainable weights are checkpointed
+    is_lora: bool
+    score_batch_size: int
+
+    @abstractmethod
+    def act(
+        self, observations: Sequence[Observation], *, temperature: float, max_new_tokens: int
+    ) -> list[ActResult]:
+        """Sample one decision per observation, with its log-probabilities."""
+
+    def score(
+        self,
+        acts: Sequence[ActResult],
+        temperature: float = 1.0,
+        *,
+        with_entropy: bool = False,
+        with_hidden: bool = False,
+    ) -> TokenScores:
+        """Rescore sampled decisions under the current weights (gradients follow torch's mode)."""
+        return self._score(acts, temperature, with_entropy, with_hidden)
+
+    @abstractmethod
+    def _score(
+        self, acts: Sequence[ActResult], temperature: float, with_entropy: bool, with_hidden: bool
+    ) -> TokenScores:
+        """``score`` for this kind of policy."""
+
+    @abstractmethod
+    def act_logprobs(
+        self, acts: Sequence[ActResult], temperature: float = 1.0
+    ) -> list[tuple[float, ...]]:
+        """Log-probabilities of sampled decisions (no gradients)."""
+
+    def trainable_parameters(self) -> Iterator[torch.nn.Parameter]:
+        """The parameters an optimizer updates: those that require gradients."""
+        return trainable(self.model)
+
+    @abstractmethod
+    def frozen_copy(self) -> TrainablePolicy:
+        """An independent frozen copy (a KL reference)."""
+
+    @property
+    @abstractmethod
+    def device(self) -> torch.device:
+        """Where the weights live."""
+
+    @property
+    @abstractmethod
+    def hidden_size(self) -> int:
+        """Width of the state features a value head reads."""
+
+    @abstractmethod
+    def save(self, out_dir: Path) -> None:
+        """Save a loadable policy directory."""
+
+
+class PolicyModel(TrainablePolicy):
     """A causal LM + tokenizer answering in the policy format."""
 
     def __init__(
@@ -199,10 +260,6 @@ class PolicyModel:
         """Where the weights live."""
         return next(self.model.parameters()).device
 
-    def trainable_parameters(self) -> Iterator[torch.nn.Parameter]:
-        """Parameters the optimizer updates (all of them, or the LoRA adapters)."""
-        return trainable(self.model)
-
     def frozen_copy(self) -> PolicyModel:
         """An independent frozen copy (the KL reference of a full fine-tune)."""
         return PolicyModel(
@@ -287,15 +344,10 @@ class PolicyModel:
 
     # -- scoring -----------------------------------------------------------------------------
 
-    def score(
-        self,
-        acts: Sequence[ActResult],
-        temperature: float = 1.0,
-        *,
-        with_entropy: bool = False,
-        with_hidden: bool = False,
+    def _score(
+        self, acts: Sequence[ActResult], temperature: float, with_entropy: bool, with_hidden: bool
     ) -> TokenScores:
-        """Rescore sampled decisions (the policy interface RL trains through)."""
+        """Per-token scores of the decisions' completions (``sequence_logprobs``)."""
         return self.sequence_logprobs(
             [a.prompt_ids for a in acts],
             [a.completion_ids for a in acts],

@@ -26,68 +26,14 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 from components.agent.policy import Observation
-from components.agent.policy_model import ActResult, TokenScores
+from components.agent.policy_model import ActResult, TrainablePolicy  # RL imports it from here
 from components.envs.base import ADMISSIBLE, VALID, step_won
 from components.envs.vector import ENV_ERROR, VectorEnv
 from components.episodes import task_trajectory, task_transition
 from components.schema import Provenance, Source, Task, Trajectory, stable_id
-
-
-class TrainablePolicy(Protocol):
-    """What rollouts and RL need of a policy: the LM ``PolicyModel`` and the scoring
-    ``ScorerPolicy`` (components/agent/scorer.py) both implement it."""
-
-    model: Any  # the torch module whose trainable weights are checkpointed
-    is_lora: bool
-    score_batch_size: int
-
-    def act(
-        self, observations: Sequence[Observation], *, temperature: float, max_new_tokens: int
-    ) -> list[ActResult]:
-        """Sample one decision per observation, with its log-probabilities."""
-        ...
-
-    def score(
-        self,
-        acts: Sequence[ActResult],
-        temperature: float = 1.0,
-        *,
-        with_entropy: bool = False,
-        with_hidden: bool = False,
-    ) -> TokenScores:
-        """Rescore sampled decisions under the current weights."""
-        ...
-
-    def act_logprobs(
-        self, acts: Sequence[ActResult], temperature: float = 1.0
-    ) -> list[tuple[float, ...]]:
-        """Log-probabilities of sampled decisions (no gradients)."""
-        ...
-
-    def trainable_parameters(self) -> Any:
-        """The parameters an optimizer updates."""
-        ...
-
-    def frozen_copy(self) -> Any:
-        """An independent frozen copy (a KL reference)."""
-        ...
-
-    @property
-    def device(self) -> Any:
-        """Where the weights live."""
-        ...
-
-    @property
-    def hidden_size(self) -> int:
-        """Width of the state features a value head reads."""
-        ...
-
-    def save(self, out_dir: Any) -> None:
-        """Save a loadable policy directory."""
-        ...
 
 
 @dataclass

@@ -17,7 +17,7 @@ generalises because every input is text the frozen encoder already understands.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 from components.agent.features import CachedEncoder, Decision, Design, Featurizer
 from components.agent.policy import Decision as Answer
 from components.agent.policy import Observation, PolicySettings
-from components.agent.policy_model import ActResult, TokenScores, frozen, trainable
+from components.agent.policy_model import ActResult, TokenScores, TrainablePolicy, frozen
 
 if TYPE_CHECKING:
     import torch
@@ -91,7 +91,7 @@ def collate(decisions: Sequence[Decision]) -> tuple[Any, Any, Any]:
     return torch.from_numpy(cand), torch.from_numpy(ctx), torch.from_numpy(mask)
 
 
-class ScorerPolicy:
+class ScorerPolicy(TrainablePolicy):
     """Softmax over admissible commands (see the module docstring)."""
 
     kind = SCORER_KIND
@@ -141,10 +141,6 @@ class ScorerPolicy:
         """Width of the state features a value head reads."""
         return int(self.model.hidden_size)
 
-    def trainable_parameters(self) -> Iterator[torch.nn.Parameter]:
-        """All parameters of the head (the encoder is frozen)."""
-        return trainable(self.model)
-
     def frozen_copy(self) -> ScorerPolicy:
         """An independent frozen copy (the KL reference), sharing the encoder cache."""
         return ScorerPolicy(self.scorer_settings, encoder=self.encoder, net=frozen(self.model))
@@ -183,13 +179,8 @@ class ScorerPolicy:
             out.append(ActResult(action, action, Answer(action, None), None, (), (c,), (lp,), d))
         return out
 
-    def score(
-        self,
-        acts: Sequence[ActResult],
-        temperature: float = 1.0,
-        *,
-        with_entropy: bool = False,
-        with_hidden: bool = False,
+    def _score(
+        self, acts: Sequence[ActResult], temperature: float, with_entropy: bool, with_hidden: bool
     ) -> TokenScores:
         """Log-probabilities (gradients follow torch's mode) of the chosen commands, as
         one-token completions: ``logprobs``/``mask``/``entropy`` are ``[B, 1]``."""
