@@ -340,10 +340,10 @@ def _jobs(
 
 def _run_all(jobs: list[dict[str, Any]], workers: int, new: dict[str, Any], progress: bool) -> None:
     """Run the jobs, adding each finished game's stats to ``new``."""
-    from tqdm import tqdm
+    from components.progress import progress_bar
 
     total = sum(len(j["episodes"]) for j in jobs)
-    with tqdm(total=total, desc="collect", unit="ep", disable=not progress) as bar:
+    with progress_bar(total=total, desc="collect", unit="ep", disable=not progress) as bar:
         for stats in _run_jobs(jobs, workers):
             for key in ("n", "success"):
                 new[key].update(stats[key])

@@ -61,7 +61,7 @@ def expert_walkthrough(env: MiniWoBEnv, task: Task) -> list[str] | None:
 
 def generate_task_suite(cfg: Config, out_dir: Path, progress: bool = True) -> list[Task]:
     """Open every planned (task, seed) in Chromium; write ``out_dir/tasks.jsonl``."""
-    from tqdm import tqdm
+    from components.progress import progress_bar
 
     mw = cfg.env.miniwob
     out_dir = Path(out_dir)
@@ -76,7 +76,9 @@ def generate_task_suite(cfg: Config, out_dir: Path, progress: bool = True) -> li
         for i in range(getattr(mw.seeds, split))
     ]
     try:
-        for name, split, i in tqdm(plan, desc="miniwob tasks", unit="task", disable=not progress):
+        for name, split, i in progress_bar(
+            plan, desc="miniwob tasks", unit="task", disable=not progress
+        ):
             seed = episode_seed(cfg.seed, name, split, i)
             probe = Task(
                 task_id=task_id(name, split, seed),

@@ -63,7 +63,7 @@ def _verified_gold(
 
 def generate_task_suite(cfg: Config, out_dir: Path, progress: bool = True) -> list[Task]:
     """Choose and verify the variations of ``cfg.scienceworld``; write ``tasks.jsonl``."""
-    from tqdm import tqdm
+    from components.progress import progress_bar
 
     sw = cfg.env.scienceworld
     out_dir = Path(out_dir)
@@ -76,7 +76,7 @@ def generate_task_suite(cfg: Config, out_dir: Path, progress: bool = True) -> li
     tasks: list[Task] = []
     start = time.perf_counter()
     total = len(sw.task_names) * sum(getattr(sw.variations, s) for s in SPLITS)
-    bar = tqdm(total=total, desc="scienceworld tasks", unit="task", disable=not progress)
+    bar = progress_bar(total=total, desc="scienceworld tasks", unit="task", disable=not progress)
     try:
         for name in sw.task_names:
             for split in SPLITS:

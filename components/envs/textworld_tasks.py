@@ -344,7 +344,7 @@ def generate_task_suite(
 
     ``root`` is the project root that ``Task.game_file`` is relative to (default: cwd).
     """
-    from tqdm import tqdm
+    from components.progress import progress_bar
 
     root = Path(root) if root is not None else Path.cwd()
     out_dir = Path(out_dir)
@@ -364,7 +364,9 @@ def generate_task_suite(
         "task suite: %d games planned, %d reused, %d to generate", len(specs), len(metas), len(todo)
     )
     if todo:
-        bar = tqdm(total=len(todo), desc="generate games", unit="game", disable=not progress)
+        bar = progress_bar(
+            total=len(todo), desc="generate games", unit="game", disable=not progress
+        )
         # always in spawned processes: nothing leaks between games, same results any worker
         # count; a worker that dies raises BrokenProcessPool instead of hanging
         import multiprocessing as mp

@@ -203,13 +203,15 @@ class GroundedJudge:
 
     def judge(self, trajectories: Sequence[Trajectory]) -> JudgeOutput:
         """Replay every transition of every trajectory; per-trajectory and per-step rows."""
-        from tqdm.auto import tqdm
+        from components.progress import progress_bar
 
         diversity = diversity_by_task(trajectories, self.cfg)
         rows: list[dict[str, Any]] = []
         transitions: list[dict[str, Any]] = []
         # replay re-runs each step's prefix in the real env: minutes for 100 trajectories
-        bar = tqdm(trajectories, desc="judge (grounded replay)", unit="traj", mininterval=2.0)
+        bar = progress_bar(
+            trajectories, desc="judge (grounded replay)", unit="traj", mininterval=2.0
+        )
         for traj in bar:
             steps, reason = self._replay_trajectory(traj)
             transitions.extend(steps)

@@ -105,11 +105,11 @@ def _replay(
     venv: Any, episodes: list[Trajectory], tasks: dict[str, Task], variant: str
 ) -> tuple[list[Trajectory], dict[str, float]]:
     """Step ``episodes``' recorded actions through a synthetic vector env, all together."""
-    from tqdm.auto import tqdm
+    from components.progress import progress_bar
 
     venv.reset([tasks[e.task_id] for e in episodes])
     depth = 0
-    bar = tqdm(
+    bar = progress_bar(
         total=max((e.n_steps for e in episodes), default=0),
         desc=f"synthetic replay ({variant})",
         unit="step",

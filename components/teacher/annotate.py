@@ -169,7 +169,7 @@ def annotate(
     resume: bool = True,
 ) -> dict[str, Any]:
     """Annotate every transition not yet in ``out_path``; returns the run's stats."""
-    from tqdm.auto import tqdm
+    from components.progress import progress_bar
 
     start = time.monotonic()
     out_path = Path(out_path)
@@ -217,7 +217,9 @@ def annotate(
         with (
             out_path.open("a", encoding="utf-8") as out,
             failures_path.open("a", encoding="utf-8") as fail,
-            tqdm(total=total, desc=f"annotate[{teacher.backend}]", disable=not progress) as bar,
+            progress_bar(
+                total=total, desc=f"annotate[{teacher.backend}]", disable=not progress
+            ) as bar,
         ):
             handled: set[str] = set()
 
