@@ -193,17 +193,11 @@ class OpenAIBackend(CompletionBackend):
                 if failure.action == "fail":
                     return self._failed(error)
                 delay = failure.retry_after_s
-            if attempt == cfg.max_retries:
-                break
-            if delay is None:
-                delay = self._backoff(attempt)
-            log.warning(
-                "generation request failed (%s); retry %d/%d in %.2fs",
-                error,
-                attempt + 1,
-                cfg.max_retries,
-                delay,
+            delay = self._backoff.retry_wait(
+                attempt, cfg.max_retries, delay, log, "generation request", error
             )
+            if delay is None:
+                break
             if halt.wait(delay):
                 raise _Halted("stopped: another request failed")
         return self._failed(f"{error} (after {cfg.max_retries} retries)")

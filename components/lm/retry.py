@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import email.utils
 import json
+import logging
 import os
 import random
 import re
@@ -99,6 +100,26 @@ class Backoff:
         """Delay before retry ``attempt`` (0-based)."""
         with self._lock:
             return backoff_s(attempt, self.base_s, self.max_s, self._rng)
+
+    def retry_wait(
+        self,
+        attempt: int,
+        max_retries: int,
+        delay: float | None,
+        logger: logging.Logger,
+        what: str,
+        error: str,
+    ) -> float | None:
+        """The logged wait before retrying after failed ``attempt`` (``delay`` when the failure
+        named one, else the backoff); None when no retry is left."""
+        if attempt == max_retries:
+            return None
+        if delay is None:
+            delay = self(attempt)
+        logger.warning(
+            "%s failed (%s); retry %d/%d in %.2fs", what, error, attempt + 1, max_retries, delay
+        )
+        return delay
 
 
 def api_key(env_name: str, base_url: str | None) -> str | None:

@@ -280,18 +280,12 @@ class OpenAITeacher:
                     delay = failure.retry_after_s + self._backoff(0) * 0.1
             finally:
                 self.meter.settle(worst, billed)
-            if attempt == cfg.max_retries:
-                break
-            if delay is None:
-                delay = self._backoff(attempt)
-            log.warning(
-                "teacher request %s failed (%s); retry %d/%d in %.2fs",
-                req.id,
-                self._redact(error),
-                attempt + 1,
-                cfg.max_retries,
-                delay,
+            what = f"teacher request {req.id}"
+            delay = self._backoff.retry_wait(
+                attempt, cfg.max_retries, delay, log, what, self._redact(error)
             )
+            if delay is None:
+                break
             if delay > 0 and stop.wait(delay):
                 error = "stopped"
                 return result("skipped", attempts=attempts)
