@@ -70,7 +70,28 @@ class Embedder(Protocol):
         ...
 
 
-class SentenceTransformerEmbedder:
+class _LazyEmbedder:
+    """What the packaged embedders share: a batch size, a model that ``_load`` loads on first
+    use, and a dimension known up front or read from the loaded model."""
+
+    def __init__(self, dim: int | None, batch_size: int) -> None:
+        self._dim = dim
+        self.batch_size = batch_size
+        self._model: Any = None
+
+    def _load(self) -> Any:
+        raise NotImplementedError
+
+    @property
+    def dim(self) -> int:
+        """Vector dimension (loads the model when it is not known statically)."""
+        if self._dim is None:
+            self._load()
+        assert self._dim is not None
+        return self._dim
+
+
+class SentenceTransformerEmbedder(_LazyEmbedder):
     """A sentence-transformers model (local directory or hub name), loaded on first use."""
 
     def __init__(
@@ -83,13 +104,11 @@ class SentenceTransformerEmbedder:
         dim: int | None = None,
         local_files_only: bool = False,
     ) -> None:
+        super().__init__(dim, batch_size)
         self._model_ref = str(model)
         self._name = name or f"sentence-transformers:{model}"
-        self.batch_size = batch_size
         self._device = device
-        self._dim = dim
         self._local_files_only = local_files_only
-        self._model: Any = None
 
     @property
     def name(self) -> str:
@@ -112,14 +131,6 @@ class SentenceTransformerEmbedder:
             self._dim = dim
         return self._model
 
-    @property
-    def dim(self) -> int:
-        """Vector dimension (loads the model when it is not known statically)."""
-        if self._dim is None:
-            self._load()
-        assert self._dim is not None
-        return self._dim
-
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         """Embed texts in batches of ``batch_size``; returns unit float32 rows."""
         if not texts:
@@ -135,26 +146,19 @@ class SentenceTransformerEmbedder:
         return normalize_rows(vecs)
 
 
-class WordLlamaEmbedder:
+class WordLlamaEmbedder(_LazyEmbedder):
     """Static WordLlama embeddings from the weights shipped in the wheel (no download)."""
 
     def __init__(
         self, *, config: str = "l2_supercat", dim: int = WORDLLAMA_DIM, batch_size: int = 256
     ):
+        super().__init__(dim, batch_size)
         self._config = config
-        self._dim = dim
-        self.batch_size = batch_size
-        self._model: Any = None
 
     @property
     def name(self) -> str:
         """Identity stored with the table."""
         return f"wordllama:{self._config}:{self._dim}"
-
-    @property
-    def dim(self) -> int:
-        """Vector dimension."""
-        return self._dim
 
     def _load(self) -> Any:
         if self._model is None:
