@@ -146,6 +146,28 @@ class EpisodeRecord:
     actions: tuple[str, ...] = ()
 
 
+def episode_rows(
+    method: str, mode: str, seed: int, p: int, records: Sequence[EpisodeRecord]
+) -> list[dict[str, Any]]:
+    """Rows of evaluation episodes (``data/eval/<method>.jsonl``, evaluate-external's)."""
+    return [
+        {
+            "method": method,
+            "mode": mode,
+            "seed": seed,
+            "pass": p,
+            "task_id": r.task_id,
+            "success": int(r.success),
+            "steps": r.steps,
+            "invalid": r.invalid,
+            "malformed": r.malformed,
+            "truncated": int(r.truncated),
+            "env_error": r.env_error,
+        }
+        for r in records
+    ]
+
+
 @dataclass
 class LiveEpisode:
     """An episode in progress: what the policy sees next and what it has done."""
@@ -186,10 +208,10 @@ def run_episodes(
 
     ``desc``: a progress bar of that name on stderr (a terminal only; none without it).
     """
-    from tqdm.auto import tqdm
+    from components.progress import progress_bar
 
-    # disable=None: tqdm draws only on a terminal (the caller logs a line per run)
-    bar = tqdm(
+    # disable=None: drawn only on a terminal (the caller logs a line per run)
+    bar = progress_bar(
         total=len(tasks),
         desc=desc,
         unit="ep",

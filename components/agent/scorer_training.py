@@ -82,7 +82,8 @@ def _fit(
     batch's mean loss and how many of its rows it got right. One row per epoch: the mean
     loss, the share right (as ``hits``) and the epoch; the model is left in eval mode."""
     import torch
-    from tqdm.auto import tqdm
+
+    from components.progress import progress_bar
 
     opt = torch.optim.Adam(policy.trainable_parameters(), **adam)
     rng = random.Random(seed)
@@ -91,7 +92,7 @@ def _fit(
     history: list[dict[str, float]] = []
     # a bar per run on a terminal only (disable=None); the epochs' losses go to MLflow
     name = "sft" if hits == "accuracy" else "dpo"
-    for epoch in tqdm(
+    for epoch in progress_bar(
         range(epochs), desc=f"{name} seed {seed}", unit="epoch", leave=False, disable=None
     ):
         order = list(range(len(rows)))

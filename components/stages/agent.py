@@ -217,7 +217,12 @@ def eval_job(cfg: Config, paths: Paths, method: str, seed: int, mode: str) -> li
     """
     import torch
 
-    from components.agent.evaluate import PASS_SEED_STRIDE, held_out_tasks, run_episodes
+    from components.agent.evaluate import (
+        PASS_SEED_STRIDE,
+        episode_rows,
+        held_out_tasks,
+        run_episodes,
+    )
     from components.agent.loading import Acting, RandomAdmissible, load_policy
     from components.envs import env_factory
     from components.stages.data import load_tasks
@@ -244,22 +249,7 @@ def eval_job(cfg: Config, paths: Paths, method: str, seed: int, mode: str) -> li
         )
         wins = sum(r.success for r in records)
         log.info("evaluated %s: %d/%d test episodes won", name, wins, len(records))
-        rows += [
-            {
-                "method": method,
-                "mode": mode,
-                "seed": seed,
-                "pass": p,
-                "task_id": r.task_id,
-                "success": int(r.success),
-                "steps": r.steps,
-                "invalid": r.invalid,
-                "malformed": r.malformed,
-                "truncated": int(r.truncated),
-                "env_error": r.env_error,
-            }
-            for r in records
-        ]
+        rows += episode_rows(method, mode, seed, p, records)
     return rows
 
 

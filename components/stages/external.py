@@ -112,7 +112,7 @@ def _episodes(cfg: Config, paths: Paths, policy: Any, tasks: list, seed: int) ->
 
 def play(cfg: Config, paths: Paths, dirs: list, tasks: list) -> list[dict[str, Any]]:
     """Episode rows of the policy (every seed and mode) and of the random baseline."""
-    from components.agent.evaluate import PASS_SEED_STRIDE
+    from components.agent.evaluate import PASS_SEED_STRIDE, episode_rows
     from components.agent.loading import Acting, RandomAdmissible, load_policy
     from components.agent.table1 import GREEDY, SAMPLED
 
@@ -129,30 +129,12 @@ def play(cfg: Config, paths: Paths, dirs: list, tasks: list) -> list[dict[str, A
             for p in range(e.passes if mode == SAMPLED else 1):
                 acting = Acting(loaded, temperature, e.max_new_tokens)
                 played = _episodes(cfg, paths, acting, tasks, seed + PASS_SEED_STRIDE * p)
-                rows += _rows(POLICY, mode, seed, p, played)
+                rows += episode_rows(POLICY, mode, seed, p, played)
         for p in range(e.passes):
             run_seed = seed + PASS_SEED_STRIDE * p
             played = _episodes(cfg, paths, RandomAdmissible(run_seed), tasks, run_seed)
-            rows += _rows(RANDOM, SAMPLED, seed, p, played)
+            rows += episode_rows(RANDOM, SAMPLED, seed, p, played)
     return rows
-
-
-def _rows(method: str, mode: str, seed: int, p: int, records: list) -> list[dict[str, Any]]:
-    return [
-        {
-            "method": method,
-            "mode": mode,
-            "seed": seed,
-            "pass": p,
-            "task_id": r.task_id,
-            "success": int(r.success),
-            "steps": r.steps,
-            "invalid": r.invalid,
-            "truncated": int(r.truncated),
-            "env_error": r.env_error,
-        }
-        for r in records
-    ]
 
 
 def success_table(rows: list[dict[str, Any]]) -> dict[str, Any]:
