@@ -66,8 +66,9 @@ $(STAMP): pyproject.toml
 	$(BIN)/dvc init -q
 	$(BIN)/dvc config core.analytics false
 
-run: setup  ## run the whole pipeline on the active profile (default cpu): dvc repro
+run: setup  ## run the whole pipeline on the active profile (default cpu): dvc repro, promote
 	$(BIN)/dvc repro
+	$(BIN)/dreamgym promote
 	@$(MAKE) --no-print-directory summary
 
 # A one-screen headline; every figure stays in metrics/ (`dvc metrics show` prints the
@@ -87,7 +88,7 @@ EXPS_KEEP := ^(success|fidelity)\.|^train_minutes$$
 exps:  ## compare DVC experiments: headline metrics and the params that differ (dvc exp show)
 	$(BIN)/dvc exp show --only-changed --drop '$(EXPS_DROP)' --keep '$(EXPS_KEEP)' $(EXPS_ARGS)
 
-promote: setup  ## after make run: pick experience-model@champion and policy@champion (held-out)
+promote: setup  ## (make run does it) experience-model@champion and policy@champion by held-out results
 	$(BIN)/dreamgym promote
 
 lint: setup  ## ruff lint + format check
