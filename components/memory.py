@@ -6,9 +6,10 @@ abstract states the same way. Nothing here is privileged: an ``EpisodeMemory`` i
 only from the task's instruction and the episode's own (action, resulting state) record.
 
 * the instruction is cut into step sentences (those naming a verb or a direction); an
-  instruction pointer advances when an executed command matches the next step sentence
-  (all its object/direction words appear there, and a word for its verb or it is a move)
-  and changed the world;
+  instruction pointer advances when an executed command that changed the world completes
+  the next step sentence or the one after it (all its object/direction words appear
+  there, a lock's key aside, and a word for its verb or it is a move): a greeting that
+  names a verb ("Get ready to pick stuff up ...") is skipped, never waited on;
 * rooms visited, (room, command) pairs tried and where each exit led are counted.
 """
 
@@ -29,19 +30,21 @@ OPPOSITE = {"north": "south", "south": "north", "east": "west", "west": "east"}
 VERBS = ("go", "take", "drop", "put", "insert", "open", "close", "unlock", "lock", "examine")
 VERBS += ("look", "inventory", "eat")
 # Instruction words meaning a command verb: frozen static embeddings do not know that
-# "retrieve" means "take"; this small lexicon does (an LM policy would know it).
+# "retrieve" means "take"; this small lexicon does (an LM policy would know it). The verbs
+# of TextWorld's instruction grammar (house_instruction.twg: "ditch/toss the X on the floor",
+# "sit the X on the Y", "deposit the X into the Y") are all in it.
 VERB_WORDS: dict[str, frozenset[str]] = {
     "go": frozenset(("go", "venture", "head", "travel", "trip", "walk", "move", "attempt"))
     | {"try", "make"},
     "take": frozenset(("take", "retrieve", "recover", "lift", "pick", "grab", "get", "fetch"))
     | {"obtain", "find"},
-    "put": frozenset(("put", "place", "set", "rest", "stick", "lay")),
-    "insert": frozenset(("insert", "put", "place", "stick", "set")),
+    "put": frozenset(("put", "place", "set", "rest", "stick", "lay", "sit")),
+    "insert": frozenset(("insert", "put", "place", "stick", "set", "deposit")),
     "open": frozenset(("open", "ajar")),
     "close": frozenset(("close", "shut", "closed")),
     "unlock": frozenset(("unlock", "unlocked")),
     "lock": frozenset(("lock", "locked")),
-    "drop": frozenset(("drop", "discard", "down")),
+    "drop": frozenset(("drop", "discard", "down", "ditch", "throw", "toss", "deposit", "place")),
     "eat": frozenset(("eat", "consume")),
 }
 _STEP_WORDS = frozenset(DIRECTIONS).union(*VERB_WORDS.values())
@@ -104,6 +107,18 @@ def split_state(state: str) -> tuple[str, str, str]:
     return location, " ".join(rest), inventory
 
 
+def completes(command: str, sentence_words: Set[str]) -> bool:
+    """Whether ``command`` does what the step sentence asks (its objects, and its verb or a move).
+
+    The key of a ``lock``/``unlock`` need not be named: "unlock the locker" is the step.
+    """
+    if command.startswith(("lock ", "unlock ")):
+        command = command.split(" with ", 1)[0]
+    if overlap(command, sentence_words) < 0.99:
+        return False
+    return bool(verb_in(command, sentence_words)) or command.startswith("go ")
+
+
 @dataclass
 class EpisodeMemory:
     """The agent's memory of its episode so far (see the module docstring)."""
@@ -161,11 +176,13 @@ class EpisodeMemory:
             if self.location != before[0]:
                 self.exits[(before[0], direction)] = self.location
             self.last_direction = direction
-        if self.last_changed and self.pointer < len(self.steps):
-            sentence = self.step_words[self.pointer]
-            done = overlap(action, sentence) >= 0.99
-            if done and (verb_in(action, sentence) or action.startswith("go ")):
-                self.pointer += 1
+        if self.last_changed:
+            # the next sentence may be the one done: a sentence no command completes (a
+            # greeting naming a verb, "Get ready to pick stuff up ...") must not stall it
+            for j in range(self.pointer, min(self.pointer + 2, len(self.steps))):
+                if completes(action, self.step_words[j]):
+                    self.pointer = j + 1
+                    break
         self.last_action = action
         self.n_steps += 1
 

@@ -17,6 +17,9 @@ with what the real environment did:
   predicted and the real next-state distributions over a fixed bucketing of states
   (location + inventory; a malformed answer is its own bucket). A "copy the current
   state" baseline puts them in context.
+- admissible commands of the next state (the grounded model predicts them): exact-set
+  match and F1 against the real next step's list, beside "the current state's commands
+  stay" (``admissible_summary``).
 
 Nothing is guessed from a malformed answer: it is counted with its reason.
 """
@@ -236,6 +239,40 @@ def auc(scores: Sequence[float], labels: Sequence[int]) -> float | None:
         for p in pos
     )
     return wins / (len(pos) * len(neg))
+
+
+def next_admissible(trajectories: Sequence[Any]) -> dict[tuple[str, int], list[str]]:
+    """(episode id, step index) -> the real admissible commands of that step's next state."""
+    return {
+        (a.episode_id, a.step_index): b.admissible_actions
+        for t in trajectories
+        for a, b in zip(t.steps, t.steps[1:], strict=False)
+        if b.admissible_actions
+    }
+
+
+def admissible_summary(
+    triples: Sequence[tuple[Sequence[str], Sequence[str], Sequence[str]]],
+) -> dict[str, Any]:
+    """Next-state admissible commands, predicted vs real, beside "the commands stay".
+
+    ``triples``: (predicted, real next state's, current state's) command lists.
+    """
+    if not triples:
+        return {"n_admissible": 0}
+
+    def f1(pred: Sequence[str], true: Sequence[str]) -> float:
+        p, t = set(pred), set(true)
+        return 2 * len(p & t) / (len(p) + len(t)) if p or t else 1.0
+
+    n = len(triples)
+    return {
+        "n_admissible": n,
+        "admissible_exact_match": sum(set(p) == set(t) for p, t, _ in triples) / n,
+        "admissible_f1": sum(f1(p, t) for p, t, _ in triples) / n,
+        "copy_baseline_admissible_exact_match": sum(set(c) == set(t) for _, t, c in triples) / n,
+        "copy_baseline_admissible_f1": sum(f1(c, t) for _, t, c in triples) / n,
+    }
 
 
 def worst_rows(rows: Sequence[dict[str, Any]], n: int = 10) -> list[dict[str, Any]]:

@@ -19,8 +19,10 @@ Reward and termination come from two class-balanced logistic regressions (won, l
 features of the command against the instruction's steps and the episode's instruction
 pointer (components/memory.py); their thresholds are chosen on held-out train games
 (rewards are rare: ~5% of transitions). A replayed outcome keeps its recorded reward.
-Admissible commands of the next state: recorded ones for that world state, else those of
-the most similar recorded state of the same room (counted as a fallback).
+Admissible commands of the next state: recorded ones for that world state, else composed
+from the compact state by TextWorld's command grammar (grounded_commands.py: what is held,
+open, closed, locked, on or in what), else (a state that does not parse) those of the
+most similar recorded state of the same room (counted as a fallback).
 
 Every answer carries a short reasoning (which evidence decided) and is rendered in the
 reasoning-first answer format of the LLM model (``<think>``, ``<state>``, ``<reward>``),
@@ -46,6 +48,7 @@ from typing import Any
 
 import numpy as np
 
+from components.experience.grounded_commands import CommandRoles, state_commands
 from components.experience.grounded_fit import fit_tables
 
 # the state and outcome parts live in their own modules; the names other code imports
@@ -101,6 +104,7 @@ class _Cache:
         self.templates: dict[tuple[str, str, bool], list[str]] = {}
         self.rooms: dict[tuple[str, str], list[tuple[frozenset[str], tuple[str, ...]]]] = {}
         self.admissible: dict[tuple[str, str], tuple[tuple[str, ...], bool]] = {}
+        self.roles: CommandRoles | None = None
 
     def remember_admissible(
         self, key: tuple[str, str], value: tuple[tuple[str, ...], bool]
@@ -362,6 +366,10 @@ class GroundedModel:
         known = self._cache.admissible.get(key)
         if known is not None:
             return known
+        composed = state_commands(next_state, self._roles())
+        if composed is not None:  # a TextWorld compact state: its commands, composed
+            self._cache.remember_admissible(key, (composed, False))
+            return composed, False
         location, surroundings, inventory = split_cached(next_state)
         candidates = self._room_candidates(task_id, location)
         if not candidates:
@@ -373,6 +381,14 @@ class GroundedModel:
         out = (kept or best[1], True)
         self._cache.remember_admissible(key, out)
         return out
+
+    def _roles(self) -> CommandRoles:
+        """Keys and food, learned from every recorded admissible command (cached)."""
+        if self._cache.roles is None:
+            self._cache.roles = CommandRoles.learn(
+                c for adm in self.admissible_by_state.values() for c in adm
+            )
+        return self._cache.roles
 
     def _room_candidates(
         self, task_id: str, location: str

@@ -193,7 +193,7 @@ def fidelity_grounded(
     cfg: Config, paths: Paths, trajectories: list[Trajectory], variant: str
 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """Single-step fidelity of a grounded variant on every validation transition."""
-    from components.evaluation.fidelity import score_row, summarize
+    from components.evaluation import fidelity as fid
     from components.experience.format import render_answer
     from components.experience.grounded import GroundedModel, episode_rows
     from components.stages.data import load_tasks
@@ -201,21 +201,29 @@ def fidelity_grounded(
     model = GroundedModel.load(experience_model_dir(paths, variant))
     tasks = {t.task_id: t for t in load_tasks(paths)}
     held_out = [t for t in trajectories if t.split == "validation" and t.source == "real"]
+    real_next = fid.next_admissible(held_out)
     rows = []
+    commands = []
     evidence: dict[str, int] = {}
+    fallbacks = 0
     start = time.perf_counter()
     for memory, step, _ in episode_rows(held_out):
         o = model.predict(
             tasks[step.task_id], memory, step.state, step.action, step.admissible_actions or ()
         )
         answer = render_answer(o.next_state, o.reward, o.reasoning)
-        row = score_row(step, answer, o.next_state, o.reward)
+        row = fid.score_row(step, answer, o.next_state, o.reward)
         row["win_score"] = o.win_score
         rows.append(row)
         evidence[o.evidence] = evidence.get(o.evidence, 0) + 1
+        fallbacks += o.admissible_fallback
+        true = real_next.get((step.episode_id, step.step_index))
+        if true is not None:
+            commands.append((o.admissible, true, step.admissible_actions or ()))
     if not rows:
         raise ValueError("no validation transition to measure fidelity on")
-    summary = summarize(rows)
+    summary = fid.summarize(rows) | fid.admissible_summary(commands)
+    summary["admissible_fallback_share"] = fallbacks / len(rows)
     summary["seconds"] = round(time.perf_counter() - start, 2)
     summary["transitions_per_second"] = round(len(rows) / max(summary["seconds"], 1e-9), 1)
     summary.update({f"evidence_{k}": v / len(rows) for k, v in evidence.items()})

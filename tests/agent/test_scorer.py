@@ -43,6 +43,24 @@ def test_instruction_steps_and_pointer_follow_the_executed_steps():
     assert mem.pointer == 2 and mem.tried[("Vault", "take key from table")] == 2
 
 
+def test_a_greeting_that_names_a_verb_does_not_stall_the_pointer():
+    # TextWorld's greetings and verbs: "pick"/"put" in the greeting, "ditch" for drop,
+    # "unlock the chest" without its key
+    quest = (
+        "Get ready to pick stuff up and put it in places, because you've just entered "
+        "TextWorld! First, go east. Then, unlock the chest. After that, ditch the key on "
+        "the floor of the vault. And if you do that, you're the winner!"
+    )
+    mem = EpisodeMemory.replay(quest, _state("Hall", "On the table: a key.", "a key"))
+    assert len(mem.steps) == 4 and mem.pointer == 0
+    mem.update("go east", _state("Vault", "The chest is locked.", "a key"))
+    assert mem.pointer == 2  # the greeting is skipped
+    mem.update("unlock chest with key", _state("Vault", "The chest is closed.", "a key"))
+    assert mem.pointer == 3
+    mem.update("drop key", _state("Vault", "The chest is closed. On the floor: a key."))
+    assert mem.pointer == 4
+
+
 def test_command_scalars_mark_the_next_step_and_what_was_tried():
     mem = EpisodeMemory.replay(QUEST, _state("Hall", "On the table: a key."))
     go, west = command_scalars(mem, "go east"), command_scalars(mem, "go west")

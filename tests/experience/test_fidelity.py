@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 
 from components.evaluation.fidelity import (
+    admissible_summary,
     evaluate_fidelity,
+    next_admissible,
     normalize_state,
     token_f1,
     wilson_interval,
@@ -69,3 +73,17 @@ def test_wilson_interval():
     assert lo == 0 and hi == pytest.approx(0.2775, abs=1e-4)
     lo, hi = wilson_interval(5, 10)
     assert lo == pytest.approx(0.2366, abs=1e-4) and hi == pytest.approx(0.7634, abs=1e-4)
+
+
+def test_admissible_commands_are_scored_beside_the_commands_stay_baseline():
+    steps = [
+        SimpleNamespace(episode_id="e", step_index=i, admissible_actions=adm)
+        for i, adm in enumerate([["look", "take key"], ["look", "drop key"], None])
+    ]
+    real_next = next_admissible([SimpleNamespace(steps=steps)])
+    assert real_next == {("e", 0): ["look", "drop key"]}  # the last step has no next list
+    out = admissible_summary([(["drop key", "look"], real_next[("e", 0)], ["look", "take key"])])
+    assert out["admissible_exact_match"] == 1.0 and out["admissible_f1"] == 1.0
+    assert out["copy_baseline_admissible_exact_match"] == 0.0
+    assert out["copy_baseline_admissible_f1"] == 0.5
+    assert admissible_summary([]) == {"n_admissible": 0}

@@ -352,6 +352,17 @@ def test_an_unseen_state_is_edited_and_answered_with_the_verbs_template(model):
     )
 
 
+def test_an_unseen_state_gets_the_commands_of_what_it_shows(model):
+    # the nearest recorded state would not offer "drop egg": composed from the state, it is
+    task = _task(6)
+    game = _Game(6)
+    o = model.predict(task, _memory(task), game.state("Hi."), "take egg", game.admissible())
+    game.step("take egg")
+    assert not o.admissible_fallback
+    assert set(game.admissible()) <= set(o.admissible)  # plus examine / inventory
+    assert {"drop egg", "put egg on table", "examine egg"} <= set(o.admissible)
+
+
 # -- won / lost classifiers --------------------------------------------------------------------
 
 
