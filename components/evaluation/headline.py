@@ -29,6 +29,8 @@ FIDELITY_KEYS = {
     "success_f1": "success_f1",
     "state_f1": "state_token_f1",
     "state_f1_nochange": "copy_baseline_state_token_f1",
+    "commands_f1": "admissible_f1",
+    "commands_f1_stay": "copy_baseline_admissible_f1",
     "eps_R": "eps_R",
 }
 

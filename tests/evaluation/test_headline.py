@@ -32,6 +32,8 @@ def test_headline_copies_success_fidelity_and_run_time(tmp_path: Path):
         "success_f1": 0.8,
         "state_token_f1": 0.78,
         "copy_baseline_state_token_f1": 0.73,
+        "admissible_f1": 0.84,
+        "copy_baseline_admissible_f1": 0.81,
         "eps_R": 0.02,
         "n": 1451,
     }
@@ -48,6 +50,8 @@ def test_headline_copies_success_fidelity_and_run_time(tmp_path: Path):
         "success_f1": 0.8,
         "state_f1": 0.78,
         "state_f1_nochange": 0.73,
+        "commands_f1": 0.84,
+        "commands_f1_stay": 0.81,
         "eps_R": 0.02,
     }
     assert headline["train_minutes"] == 3.0
