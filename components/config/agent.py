@@ -85,7 +85,7 @@ class PolicyEvalConfig(_Section):
         description="sampled passes over the test tasks per training seed (more passes: "
         "a tighter CI on the same games; a (task, seed)'s passes are averaged)",
     )
-    greedy: bool = Field(False, description="also play every task greedily and report it")
+    greedy: bool = Field(True, description="also play every task greedily and report it")
     max_new_tokens: int = Field(64, ge=8, description="generation cap per decision")
     gen_batch_size: int = Field(16, ge=1, description="prompts per generate call")
     parallel_envs: int = Field(32, ge=1, description="episodes stepped together (one env each)")
