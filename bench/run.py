@@ -12,6 +12,7 @@ BENCHMARKS = (
     "bench.buffer",
     "bench.envs",
     "bench.synthetic_env",
+    "bench.admissible_commands",
     "bench.policy_designs",
     "bench.generation",
     "bench.stages",
