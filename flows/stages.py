@@ -114,12 +114,17 @@ def repro_command(stage: str, force: bool) -> list[str]:
     return [sys.executable, "-m", "dvc", "repro", *extra, stage]
 
 
-def stage_env(parent_run_id: str | None) -> dict[str, str]:
-    """The stage's environment: the venv's scripts first on PATH, the MLflow parent run."""
+def stage_env(parent_run_id: str | None, root: str | Path | None = None) -> dict[str, str]:
+    """The stage's environment: the venv's scripts first on PATH, the MLflow parent run, and
+    ``root`` first on PYTHONPATH (a per-env workspace runs its own checkout's code, not the
+    editable install's)."""
     env = dict(os.environ)
     # DVC stages call `dreamgym`: a worker started without the venv activated must find it
     bin_dir = str(Path(sys.executable).parent)
     env["PATH"] = os.pathsep.join([bin_dir, env.get("PATH", "")])
+    if root is not None:
+        paths = [str(Path(root).resolve()), env.get("PYTHONPATH", "")]
+        env["PYTHONPATH"] = os.pathsep.join(p for p in paths if p)
     if parent_run_id:
         env[PARENT_RUN_ENV] = parent_run_id
     return env
@@ -132,7 +137,7 @@ def _repro(stage: str, root: str, parent_run_id: str | None, force: bool = False
     proc = subprocess.Popen(
         cmd,
         cwd=root,
-        env=stage_env(parent_run_id),
+        env=stage_env(parent_run_id, root),
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,

@@ -69,12 +69,14 @@ from components.config.loading import (  # noqa: F401
     load_config,
     resolve_params,
 )
+from components.config.orchestration import TASK_RUNNERS, OrchestrationConfig
 
 __all__ = [
     "ENV_NAMES",
     "PARAMS_FILE",
     "PROFILES",
     "SERVING_BACKENDS",
+    "TASK_RUNNERS",
     "AblationConfig",
     "AgentConfig",
     "AgentGymConfig",
@@ -94,6 +96,7 @@ __all__ = [
     "IngestConfig",
     "JudgeConfig",
     "MiniWoBConfig",
+    "OrchestrationConfig",
     "PPOConfig",
     "Paths",
     "PolicyDPOConfig",

@@ -33,6 +33,7 @@ from components.config.experience import (
     ServingConfig,
     SyntheticEnvConfig,
 )
+from components.config.orchestration import OrchestrationConfig
 
 PARAMS_FILE = "params.yaml"
 PROFILES = ("ci", "cpu", "gpu")
@@ -65,6 +66,7 @@ class Config(_Section):
     report: ReportConfig = ReportConfig()
     theorem1: Theorem1Config = Theorem1Config()
     promotion: PromotionConfig = PromotionConfig()
+    orchestration: OrchestrationConfig = OrchestrationConfig()
 
     def section(self, name: str) -> dict[str, Any]:
         """One section as plain data (for logging params)."""

@@ -1,0 +1,193 @@
+"""Per-env pipelines side by side: one workspace per env, one after the other or on Dask.
+
+``envs_pipeline`` prepares one workspace per env (flows/workspaces.py: a git worktree of
+the project's HEAD whose params.yaml sets ``env.name``), then runs each env's DVC stages
+in its workspace as one Prefect task, submitted to the task runner that
+``orchestration.task_runner`` (or the flow's ``task_runner`` parameter) names:
+
+- ``sequential`` (the default): a one-thread pool, one env pipeline after the other;
+- ``dask``: prefect-dask's ``DaskTaskRunner``, every env pipeline a task on a Dask
+  ``LocalCluster`` of ``orchestration.dask_workers`` processes on this machine, or on the
+  scheduler at ``orchestration.dask_address`` (a multi-machine cluster whose workers see
+  the same filesystem path).
+
+Inside its task an env pipeline is exactly the ``pipeline`` flow's: ``dvc repro`` per
+stage in dependency order, retries for simulator/API stages, the ``accelerator`` tag on
+training stages (a Prefect concurrency limit on that tag serialises the GPU work of every
+env), all under one MLflow parent run in the workspace's own ``mlflow.db``.
+
+Seeds are not fanned out here: a stage trains or evaluates every seed itself, in
+``agent.workers`` processes (components/stages/parallel.py), and writes one DVC output
+per method for all of them (every seed's policy, one history, one metrics file); two
+seeds of one stage cannot be two ``dvc repro`` runs without per-seed stages in dvc.yaml.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+from pathlib import Path
+from typing import Any
+
+import yaml
+from prefect import flow, get_run_logger, task
+from prefect.futures import wait
+from prefect.task_runners import ThreadPoolTaskRunner
+
+from components.config import PARAMS_FILE, TASK_RUNNERS, OrchestrationConfig, load_config
+from flows.pipeline import FIDELITY_STAGE, TABLE1_STAGE, _run, promote_experience_model
+from flows.pipeline import promote_policy as _promote_policy
+from flows.stages import stage_order
+from flows.workspaces import prepare_workspace, uncommitted_code
+
+ENV_KEY = "env.name"
+
+
+def make_task_runner(orch: OrchestrationConfig, name: str | None = None) -> Any:
+    """The Prefect task runner ``name`` (default ``orch.task_runner``) stands for."""
+    name = name or orch.task_runner
+    if name == "sequential":
+        return ThreadPoolTaskRunner(max_workers=1)
+    if name != "dask":
+        raise ValueError(f"unknown task runner {name!r}; known: {', '.join(TASK_RUNNERS)}")
+    try:
+        from prefect_dask import DaskTaskRunner
+    except ImportError:
+        raise RuntimeError("task runner dask needs prefect-dask: run `make setup`") from None
+    if orch.dask_address:
+        return DaskTaskRunner(address=orch.dask_address)
+    # one thread per worker process: an env pipeline is one task, its stages are
+    # subprocesses; no dashboard (no port to collide with, no bokeh needed)
+    cluster = {"n_workers": orch.dask_workers, "threads_per_worker": 1, "processes": True}
+    return DaskTaskRunner(cluster_kwargs={**cluster, "dashboard_address": None})
+
+
+@task(name="env-pipeline", task_run_name="{env}")
+def env_pipeline(
+    env: str, workspace: str, stages: list[str] | None, force: bool, promote: bool
+) -> dict[str, Any]:
+    """One env's stages in its workspace, in order (``pipeline``'s ``_run``)."""
+    ws = Path(workspace)
+    ran = _run(f"pipeline-{env}", workspace, stages or stage_order(ws), force)
+    if promote and FIDELITY_STAGE in ran:
+        promote_experience_model(ws)
+    if promote and TABLE1_STAGE in ran:
+        _promote_policy(ws)
+    where = f"{socket.gethostname()}:{os.getpid()}"  # which process (Dask worker) ran it
+    return {"env": env, "workspace": workspace, "stages": ran, "worker": where}
+
+
+@flow(name="envs-fan-out")
+def run_envs(
+    workspaces: dict[str, str], stages: list[str] | None, force: bool, promote: bool
+) -> dict[str, dict[str, Any]]:
+    """Submit every env pipeline to this flow's task runner; wait for all of them."""
+    futures = {
+        env: env_pipeline.submit(env, ws, stages, force, promote) for env, ws in workspaces.items()
+    }
+    wait(list(futures.values()))  # one env failing does not abandon the others mid-stage
+    results: dict[str, dict[str, Any]] = {}
+    failed: list[str] = []
+    for env, future in futures.items():
+        try:
+            results[env] = future.result()
+        except Exception as err:
+            failed.append(f"{env}: {str(err).strip().splitlines()[-1] if str(err) else err!r}")
+    if failed:
+        raise RuntimeError(f"env pipelines failed ({'; '.join(failed)})")
+    return results
+
+
+@flow(name="envs", log_prints=True)
+def envs_pipeline(
+    root: str = ".",
+    envs: list[str] | None = None,
+    stages: list[str] | None = None,
+    force: bool = False,
+    profile: str | None = None,
+    overrides: dict[str, Any] | None = None,
+    task_runner: str | None = None,
+    promote: bool = True,
+) -> dict[str, dict[str, Any]]:
+    """The pipeline (or ``stages``) once per env of ``envs`` (default:
+    ``orchestration.envs``), each in its own workspace; returns per env what ran where.
+
+    ``profile`` and ``overrides`` (dotted keys, e.g. ``{"agent.seeds": [0]}``) go into
+    every workspace's params.yaml; ``task_runner`` overrides ``orchestration.task_runner``.
+    """
+    logger = get_run_logger()
+    root_path = Path(root).resolve()
+    orch = load_config(root_path / PARAMS_FILE).orchestration
+    names = list(envs or orch.envs)
+    if len(set(names)) != len(names):
+        raise ValueError(f"an env is listed twice: {names}")
+    runner = make_task_runner(orch, task_runner)
+    unsaved = uncommitted_code(root_path)
+    if unsaved:
+        logger.warning("the workspaces run HEAD's code, without your changes to %s", unsaved[:5])
+    sets = {**({"profile": profile} if profile else {}), **(overrides or {})}
+    workspaces: dict[str, str] = {}
+    for env in names:  # before fanning out: git locks its worktree list
+        ws = prepare_workspace(root_path, Path(orch.workspaces) / env, {**sets, ENV_KEY: env})
+        unknown = sorted(set(stages or ()) - set(stage_order(ws)))
+        if unknown:
+            raise ValueError(f"unknown stages {unknown}; dvc.yaml has {stage_order(ws)}")
+        workspaces[env] = str(ws)
+        logger.info("env %s: workspace %s", env, ws)
+    logger.info("task runner: %s", task_runner or orch.task_runner)
+    with _api_for_workers():
+        return run_envs.with_options(task_runner=runner)(workspaces, stages, force, promote)
+
+
+def _api_for_workers() -> Any:
+    """Without a Prefect server (``PREFECT_API_URL`` unset) a flow runs on a temporary one in
+    its own process: hand its URL to the tasks, or every Dask worker would start its own
+    and record the env pipelines where the flow's run never sees them."""
+    from contextlib import nullcontext
+
+    from prefect.context import FlowRunContext
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    ctx = FlowRunContext.get()
+    if PREFECT_API_URL.value() or ctx is None:
+        return nullcontext()
+    return temporary_settings({PREFECT_API_URL: str(ctx.client.api_url).rstrip("/")})
+
+
+def main(argv: list[str] | None = None) -> dict[str, dict[str, Any]]:
+    """``python -m flows.envs [--env E ...] [--task-runner dask] [--stage S ...] ...``"""
+    parser = argparse.ArgumentParser(
+        prog="python -m flows.envs", description=__doc__.split("\n")[0]
+    )
+    parser.add_argument("--root", default=".", help="project root (default: .)")
+    parser.add_argument("--env", action="append", help="an env (repeatable; orchestration.envs)")
+    parser.add_argument("--stage", action="append", help="a dvc.yaml stage (repeatable; all)")
+    parser.add_argument("--task-runner", choices=TASK_RUNNERS, help="orchestration.task_runner")
+    parser.add_argument("--profile", help="the workspaces' profile (ci, cpu, gpu)")
+    parser.add_argument(
+        "--set", action="append", default=[], metavar="KEY=VALUE", help="a param (YAML value)"
+    )
+    parser.add_argument("--force", action="store_true", help="rerun the stages even if fresh")
+    parser.add_argument("--no-promote", action="store_true", help="skip the promotion rules")
+    args = parser.parse_args(argv)
+    overrides = {}
+    for item in args.set:
+        key, sep, value = item.partition("=")
+        if not sep:
+            parser.error(f"--set {item!r}: expected KEY=VALUE")
+        overrides[key] = yaml.safe_load(value)
+    return envs_pipeline(
+        root=args.root,
+        envs=args.env,
+        stages=args.stage,
+        force=args.force,
+        profile=args.profile,
+        overrides=overrides,
+        task_runner=args.task_runner,
+        promote=not args.no_promote,
+    )
+
+
+if __name__ == "__main__":
+    main()

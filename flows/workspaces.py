@@ -1,0 +1,102 @@
+"""Per-env workspaces: a git worktree of the project's HEAD with its own params.yaml.
+
+Two pipelines in one checkout would clobber each other: the same ``data/``, ``models/``,
+``metrics/``, ``dvc.lock`` and MLflow store, and DVC locks the repository for one
+``dvc repro`` at a time. Each env therefore runs in its own workspace under
+``orchestration.workspaces`` (``.workspaces/<env>``, ignored by git and DVC): a detached
+git worktree of HEAD (the committed code), the project's current params.yaml (uncommitted
+parameter edits included) with the env's overrides (``env.name`` ...), and its own DVC
+outputs, cache, lock and ``mlflow.db``. A workspace is reused by later runs (DVC reruns
+only what is stale); when HEAD has moved it follows it, keeping the files it changed
+itself (its dvc.lock and the outputs git tracks), so DVC still knows what it built.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from components.config import PARAMS_FILE, load_config
+
+
+class WorkspaceError(RuntimeError):
+    """A workspace could not be prepared (the message says why in one line)."""
+
+
+def git(cwd: Path, *args: str) -> str:
+    """``git args`` in ``cwd``; its stdout, or a one-line ``WorkspaceError``."""
+    proc = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        why = (proc.stderr.strip().splitlines() or ["no message"])[-1]
+        raise WorkspaceError(f"git {' '.join(args[:2])} in {cwd}: {why}")
+    return proc.stdout.strip()
+
+
+def head_commit(root: Path) -> str:
+    """The commit checked out at ``root``."""
+    return git(root, "rev-parse", "HEAD")
+
+
+def set_params(src: Path, dst: Path, overrides: Mapping[str, Any]) -> None:
+    """Write ``src`` (params.yaml, comments kept) to ``dst`` with dotted-key ``overrides``.
+
+    ``{"env.name": "scienceworld", "profile": "ci"}`` sets ``env: name:`` and ``profile:``;
+    the result is validated like any params.yaml (a wrong key or value names itself).
+    """
+    from ruamel.yaml import YAML
+
+    yaml = YAML()  # round-trip: the workspace's params.yaml keeps the project's comments
+    params = yaml.load(src.read_text(encoding="utf-8"))
+    for key, value in overrides.items():
+        *parents, leaf = key.split(".")
+        node = params
+        for part in parents:
+            if not isinstance(node.get(part), Mapping):
+                raise WorkspaceError(f"{key}: {part!r} is not a section of {src.name}")
+            node = node[part]
+        node[leaf] = value
+    with dst.open("w", encoding="utf-8") as f:
+        yaml.dump(params, f)
+    load_config(dst)  # ConfigError (a one-line message naming the key) if an override is bad
+
+
+def _follow(workspace: Path, commit: str) -> None:
+    """Check ``commit`` out in ``workspace``, keeping the tracked files the workspace changed."""
+    changed = git(workspace, "diff", "--name-only", "HEAD").splitlines()
+    kept = {p: (workspace / p).read_bytes() for p in changed if (workspace / p).is_file()}
+    git(workspace, "checkout", "--quiet", "--detach", "--force", commit)
+    for rel, data in kept.items():
+        (workspace / rel).parent.mkdir(parents=True, exist_ok=True)
+        (workspace / rel).write_bytes(data)
+
+
+def prepare_workspace(root: Path, workspace: Path, overrides: Mapping[str, Any]) -> Path:
+    """Create (or bring to HEAD) the worktree ``workspace`` of ``root`` and write its params.
+
+    Returns the workspace's absolute path. Not safe to call twice at once for one repository
+    (git locks its worktree list): the flow prepares every workspace before fanning out.
+    """
+    root = Path(root).resolve()
+    workspace = (root / workspace).resolve()
+    commit = head_commit(root)
+    if (workspace / ".git").exists():
+        if head_commit(workspace) != commit:
+            _follow(workspace, commit)
+    else:
+        if workspace.exists() and any(workspace.iterdir()):
+            raise WorkspaceError(f"{workspace} exists and is not a git worktree: remove it")
+        workspace.parent.mkdir(parents=True, exist_ok=True)
+        git(root, "worktree", "prune")  # a workspace folder deleted by hand is forgotten
+        git(root, "worktree", "add", "--quiet", "--detach", str(workspace), commit)
+    set_params(root / PARAMS_FILE, workspace / PARAMS_FILE, overrides)
+    return workspace
+
+
+def uncommitted_code(root: Path) -> list[str]:
+    """Tracked files changed since HEAD that a workspace does not get (params.yaml and DVC's
+    own files aside): the workspaces run HEAD's code."""
+    own = {PARAMS_FILE, "dvc.lock"}
+    changed = git(Path(root), "diff", "--name-only", "HEAD").splitlines()
+    return [p for p in changed if p not in own and not p.startswith(("metrics/", "reports/"))]

@@ -1,0 +1,171 @@
+"""The per-env flow: workspaces, the task-runner switch, and one real run on Dask.
+
+The run is real Prefect (the test harness server), a real ``DaskTaskRunner`` on a
+``LocalCluster`` of two worker processes, real git worktrees and real ``dvc repro`` in
+each, on a two-stage toy dvc.yaml whose first stage sleeps: the two env pipelines must
+overlap in time, each in its own workspace with its own params, the project untouched.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from components.config import ConfigError, OrchestrationConfig, load_config
+from flows.workspaces import WorkspaceError, prepare_workspace, set_params
+
+ROOT = Path(__file__).resolve().parents[2]
+ENVS = ["textworld", "scienceworld"]
+STAMP = """\
+import json, os, time, yaml
+env = yaml.safe_load(open("params.yaml"))["env"]["name"]
+start = time.time()
+time.sleep(3)
+os.makedirs("out", exist_ok=True)
+json.dump({"env": env, "start": start, "end": time.time()}, open("out/hello.json", "w"))
+"""
+TOY_DVC = {
+    "stages": {
+        "hello": {
+            "cmd": "python stamp.py",
+            "deps": ["stamp.py"],
+            "params": ["env.name"],
+            "outs": ["out/hello.json"],
+        },
+        "twice": {
+            "cmd": "python -c \"import json; d = json.load(open('out/hello.json')); "
+            "open('out/twice.txt', 'w').write(d['env'] * 2)\"",
+            "deps": ["out/hello.json"],
+            "outs": ["out/twice.txt"],
+        },
+    }
+}
+
+
+def _git(cwd: Path, *args: str) -> str:
+    return subprocess.run(
+        ["git", *args], cwd=cwd, check=True, capture_output=True, text=True
+    ).stdout.strip()
+
+
+@pytest.fixture
+def toy_project(tmp_path: Path) -> Path:
+    """A committed git + DVC project: the real params.yaml (dask, two envs), a toy dvc.yaml."""
+    root = tmp_path / "project"
+    root.mkdir()
+    params = yaml.safe_load((ROOT / "params.yaml").read_text(encoding="utf-8"))
+    params["orchestration"].update(task_runner="dask", envs=ENVS, dask_workers=2)
+    (root / "params.yaml").write_text("# toy project\n" + yaml.safe_dump(params, sort_keys=False))
+    (root / "dvc.yaml").write_text(yaml.safe_dump(TOY_DVC, sort_keys=False))
+    (root / "stamp.py").write_text(STAMP)
+    (root / ".gitignore").write_text("/.workspaces/\n/mlflow.db\n/mlruns/\n")
+    _git(root, "init", "-q")
+    _git(root, "config", "user.email", "test@example.com")
+    _git(root, "config", "user.name", "test")
+    subprocess.run([sys.executable, "-m", "dvc", "init", "-q"], cwd=root, check=True)
+    _git(root, "add", "-A")
+    _git(root, "commit", "-q", "-m", "toy")
+    return root
+
+
+# -- workspaces and the switch (no Prefect) ---------------------------------------------------
+
+
+def test_workspaces_are_worktrees_with_their_own_params_that_follow_head(toy_project: Path):
+    ws = prepare_workspace(toy_project, Path(".workspaces/miniwob"), {"env.name": "miniwob"})
+    assert ws == toy_project / ".workspaces" / "miniwob"
+    assert _git(ws, "rev-parse", "HEAD") == _git(toy_project, "rev-parse", "HEAD")
+    text = (ws / "params.yaml").read_text()
+    assert (
+        text.startswith("# toy project") and load_config(ws / "params.yaml").env.name == "miniwob"
+    )
+    assert load_config(toy_project / "params.yaml").env.name == "textworld"  # untouched
+    # the workspace's own state survives HEAD moving on; new code arrives
+    (ws / "dvc.lock").write_text("schema: '2.0'\nstages: {}\n")
+    (toy_project / "stamp.py").write_text(STAMP + "# v2\n")
+    _git(toy_project, "commit", "-q", "-am", "v2")
+    assert prepare_workspace(toy_project, Path(".workspaces/miniwob"), {}) == ws
+    assert (ws / "stamp.py").read_text().endswith("# v2\n")
+    assert (ws / "dvc.lock").read_text().startswith("schema: '2.0'")
+    assert _git(toy_project, "status", "--porcelain") == ""  # ignored by the project's git
+
+    (toy_project / ".workspaces" / "stray").mkdir()
+    (toy_project / ".workspaces" / "stray" / "x").write_text("x")
+    with pytest.raises(WorkspaceError, match="not a git worktree"):
+        prepare_workspace(toy_project, Path(".workspaces/stray"), {})
+
+
+def test_bad_overrides_name_the_key(toy_project: Path, tmp_path: Path):
+    src, dst = toy_project / "params.yaml", tmp_path / "params.yaml"
+    with pytest.raises(ConfigError, match=r"env\.name"):
+        set_params(src, dst, {"env.name": "nethack"})
+    with pytest.raises(WorkspaceError, match="not a section"):
+        set_params(src, dst, {"nope.name": 1})
+
+
+def test_the_task_runner_switch():
+    from prefect.task_runners import ThreadPoolTaskRunner
+    from prefect_dask import DaskTaskRunner
+
+    from flows.envs import make_task_runner
+
+    orch = OrchestrationConfig()
+    assert orch.task_runner == "sequential"  # the default: nothing runs in parallel
+    sequential = make_task_runner(orch)
+    assert isinstance(sequential, ThreadPoolTaskRunner) and sequential._max_workers == 1
+    local = make_task_runner(orch, "dask")
+    assert isinstance(local, DaskTaskRunner) and local.cluster_kwargs["n_workers"] == 2
+    remote = make_task_runner(orch.model_copy(update={"dask_address": "tcp://10.0.0.2:8786"}))
+    assert isinstance(remote, ThreadPoolTaskRunner)  # the address alone does not switch
+    remote = make_task_runner(
+        orch.model_copy(update={"task_runner": "dask", "dask_address": "tcp://10.0.0.2:8786"})
+    )
+    assert remote.address == "tcp://10.0.0.2:8786"
+    with pytest.raises(ValueError, match="unknown task runner 'ray'"):
+        make_task_runner(orch, "ray")
+    for profile in ("ci", "cpu", "gpu"):
+        assert load_config(ROOT / "params.yaml", profile).orchestration.task_runner == "sequential"
+
+
+# -- one real run ---------------------------------------------------------------------------
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(240)
+def test_env_pipelines_run_in_parallel_on_dask_in_their_own_workspaces(
+    toy_project: Path, prefect_harness
+):
+    from flows.envs import envs_pipeline
+
+    with pytest.raises(ValueError, match="unknown stages"):
+        envs_pipeline(root=str(toy_project), stages=["nope"])
+
+    results = envs_pipeline(root=str(toy_project), promote=False)  # params: dask, both envs
+    assert sorted(results) == sorted(ENVS)
+    stamps = {}
+    for env, result in results.items():
+        ws = Path(result["workspace"])
+        assert ws == toy_project / ".workspaces" / env and result["stages"] == ["hello", "twice"]
+        stamps[env] = json.loads((ws / "out" / "hello.json").read_text())
+        assert stamps[env]["env"] == env and (ws / "out" / "twice.txt").read_text() == env * 2
+        assert "hello" in yaml.safe_load((ws / "dvc.lock").read_text())["stages"]
+        assert (ws / "mlflow.db").exists()  # the env's MLflow runs stay in its workspace
+        assert not result["worker"].endswith(f":{os.getpid()}")  # a Dask worker process ran it
+    assert len({r["worker"] for r in results.values()}) == 2
+    # both envs slept at the same time: the pipelines overlapped
+    assert max(s["start"] for s in stamps.values()) < min(s["end"] for s in stamps.values())
+    assert not (toy_project / "out").exists() and not (toy_project / "dvc.lock").exists()
+    assert _git(toy_project, "status", "--porcelain") == ""
+
+    # the switch as a flow parameter: sequential, and DVC finds both workspaces up to date
+    again = envs_pipeline(root=str(toy_project), task_runner="sequential", promote=False)
+    for env, result in again.items():
+        ws = Path(result["workspace"])
+        assert json.loads((ws / "out" / "hello.json").read_text()) == stamps[env]
+        assert result["worker"].endswith(f":{os.getpid()}")  # in the flow's own process
