@@ -24,6 +24,7 @@ from typing import Annotated, Any
 
 import typer
 
+from components.cli_serve import serve
 from components.config import PARAMS_FILE, Config, Paths, load_config
 
 app = typer.Typer(
@@ -463,6 +464,9 @@ def _command(stage: Stage) -> Callable[..., None]:
 
 for _stage in STAGES:
     app.command(_stage.name, help=_stage.help)(_command(_stage))
+
+
+app.command("serve")(serve)  # components/cli_serve.py: models over the OpenAI protocol
 
 
 @app.command("config")

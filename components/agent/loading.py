@@ -11,6 +11,7 @@ Methods keep one directory per training seed: ``models/policy/<method>/seed-<s>`
 from __future__ import annotations
 
 import json
+import logging
 import shutil
 from collections.abc import Sequence
 from pathlib import Path
@@ -19,9 +20,10 @@ from typing import Any
 from components.agent.policy import Decision, Observation
 from components.agent.policy_model import MALFORMED_ACTION, ActResult
 from components.agent.scorer import ScorerPolicy, ScorerSettings, is_scorer_dir
-from components.config import AgentConfig, Config
+from components.config import AgentConfig, Config, ServingConfig
 
 META_FILE = "policy.json"
+log = logging.getLogger("dreamgym")
 
 
 def new_scorer(cfg: Config, seed: int) -> ScorerPolicy:
@@ -42,8 +44,21 @@ def is_policy_dir(path: Path) -> bool:
     return is_scorer_dir(path) or (Path(path) / "config.json").exists()
 
 
-def load_policy(path: Path, acfg: AgentConfig | None = None, *, trainable: bool = False) -> Any:
-    """A saved policy; an LM continuing training gets fresh LoRA adapters if ``agent.lora``."""
+def load_policy(
+    path: Path,
+    acfg: AgentConfig | None = None,
+    *,
+    trainable: bool = False,
+    serving: ServingConfig | None = None,
+    root: Path | None = None,
+) -> Any:
+    """A saved policy; an LM continuing training gets fresh LoRA adapters if ``agent.lora``.
+
+    With ``serving.policy_backend == "openai"`` an LM policy that is not ``trainable``
+    decodes on the OpenAI-compatible server serving ``path`` (its name: ``policy_model``,
+    else ``path`` relative to ``root``); a trained one always decodes here, since a server's
+    weights would fall behind after the first update.
+    """
     path = Path(path)
     if is_scorer_dir(path):
         return ScorerPolicy.load(path)
@@ -54,6 +69,12 @@ def load_policy(path: Path, acfg: AgentConfig | None = None, *, trainable: bool 
     policy = PolicyModel.from_dir(path)
     if trainable and acfg is not None and acfg.lora:
         policy.add_lora(LoraSettings(r=acfg.lora_r, alpha=acfg.lora_alpha))
+    if not trainable and serving is not None and serving.policy_backend == "openai":
+        from components.lm.serving import policy_backend, policy_model_name
+
+        name = policy_model_name(serving, path, root or Path.cwd())
+        policy.backend = policy_backend(serving, name)
+        log.info("policy %s decodes on %r", path, policy.backend)
     return policy
 
 
@@ -98,8 +119,10 @@ class Acting:
 
     def act(self, observations: Sequence[Observation]) -> list[ActResult]:
         """One decision per observation."""
+        # evaluation reads no log-probs: a served policy skips scoring them locally
+        served = {"with_logprobs": False} if getattr(self.policy, "backend", None) else {}
         return self.policy.act(
-            observations, temperature=self.temperature, max_new_tokens=self.max_new_tokens
+            observations, temperature=self.temperature, max_new_tokens=self.max_new_tokens, **served
         )
 
 

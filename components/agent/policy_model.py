@@ -38,7 +38,7 @@ from components.agent.policy import (
 if TYPE_CHECKING:
     import torch
 
-    from components.lm.generate import Generator
+    from components.lm.generate import CompletionBackend, Generator
 
 MALFORMED_ACTION = "noop"  # what the env receives for a malformed answer (an unknown verb)
 SETTINGS_FILE = "policy_settings.json"
@@ -157,6 +157,7 @@ class PolicyModel(TrainablePolicy):
         *,
         gen_batch_size: int = 16,
         score_batch_size: int = 16,
+        backend: CompletionBackend | None = None,
     ) -> None:
         self.model = model
         self.tokenizer = tokenizer
@@ -170,6 +171,8 @@ class PolicyModel(TrainablePolicy):
         )
         self.stop_id = _single_token_id(tokenizer, ACTION_STOP)
         self._generator: Generator | None = None
+        # a server with these weights (serving.policy_backend openai): ``act`` decodes there
+        self.backend = backend
 
     # -- construction and saving -----------------------------------------------------------
 
@@ -272,15 +275,21 @@ class PolicyModel(TrainablePolicy):
 
     # -- prompts and sampling --------------------------------------------------------------
 
-    def prompt_ids(self, observations: Sequence[Observation]) -> list[list[int]]:
-        """Token ids of the chat-rendered prompts (with the assistant generation prompt)."""
-        out = []
-        for obs in observations:
-            text = self.tokenizer.apply_chat_template(
+    def prompt_texts(self, observations: Sequence[Observation]) -> list[str]:
+        """The chat-rendered prompts (with the assistant generation prompt)."""
+        return [
+            self.tokenizer.apply_chat_template(
                 render_prompt(obs, self.settings), tokenize=False, add_generation_prompt=True
             )
-            out.append(self.tokenizer(text, add_special_tokens=False)["input_ids"])
-        return out
+            for obs in observations
+        ]
+
+    def prompt_ids(self, observations: Sequence[Observation]) -> list[list[int]]:
+        """Token ids of the chat-rendered prompts (with the assistant generation prompt)."""
+        return [self._encode(text) for text in self.prompt_texts(observations)]
+
+    def _encode(self, text: str) -> list[int]:
+        return self.tokenizer(text, add_special_tokens=False)["input_ids"]
 
     def act(
         self,
@@ -293,10 +302,18 @@ class PolicyModel(TrainablePolicy):
         """Sample (temperature > 0) or greedily pick one answer per observation."""
         if not observations:
             return []
-        prompts = self.prompt_ids(observations)
-        completions, logprobs = self.generate_ids(
-            prompts, temperature, max_new_tokens, with_logprobs=with_logprobs
-        )
+        texts = self.prompt_texts(observations)
+        prompts = [self._encode(t) for t in texts]
+        if self.backend is None:
+            completions, logprobs = self.generate_ids(
+                prompts, temperature, max_new_tokens, with_logprobs=with_logprobs
+            )
+        else:  # a server with these weights (components/agent/policy_served.py)
+            from components.agent.policy_served import served_ids
+
+            completions, logprobs = served_ids(
+                self, texts, prompts, temperature, max_new_tokens, with_logprobs=with_logprobs
+            )
         results = []
         for p, c, lp in zip(prompts, completions, logprobs, strict=True):
             text = self.tokenizer.decode(c, skip_special_tokens=True)

@@ -115,7 +115,8 @@ SERVING_BACKENDS = ("local", "openai")
 
 
 class ServingConfig(_Section):
-    """Where the experience model answers from: in-process transformers or a served model."""
+    """Where the experience model (and, on request, the LM policy) answers from: in-process
+    transformers or a served model."""
 
     backend: Literal["local", "openai"] = Field(
         "local",
@@ -138,6 +139,17 @@ class ServingConfig(_Section):
     concurrency: int = Field(32, ge=1, description="openai: requests in flight")
     max_retries: int = Field(5, ge=0, description="openai: retries on timeout/429/5xx/bad body")
     timeout_s: float = Field(120.0, gt=0, description="openai: per-request timeout")
+    policy_backend: Literal["local", "openai"] = Field(
+        "local",
+        description="agent.policy lm, held-out evaluation: local = decode in this process; "
+        "openai = an OpenAI-compatible server at the URL in base_url_env (RL rollouts always "
+        "decode locally: their weights change every round)",
+    )
+    policy_model: str | None = Field(
+        None,
+        description="policy_backend openai: the served model name of every policy; None = "
+        "each policy's directory relative to the project root (vllm serve <dir>'s name)",
+    )
 
 
 class CurriculumConfig(_Section):

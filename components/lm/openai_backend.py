@@ -81,6 +81,15 @@ class OpenAIBackendConfig(BaseModel):
     on_failure: Literal["raise", "empty"] = Field(
         "raise", description="a request that failed for good: raise, or an empty answer"
     )
+    add_special_tokens: bool | None = Field(
+        None,
+        description="vLLM: tokenise raw-string prompts with (true) or without (false) special "
+        "tokens such as BOS (None: the server's default); false for prompts already rendered "
+        "with a chat template",
+    )
+    return_token_ids: bool = Field(
+        False, description="vLLM: ask for the generated token ids (Completion.token_ids)"
+    )
 
 
 class _Fatal(Exception):
@@ -142,10 +151,14 @@ class OpenAIBackend(CompletionBackend):
             "temperature": temperature,
             "top_p": top_p if temperature > 0 else 1.0,
         }
+        extra: dict[str, Any] = {}
         if stop:
             params["stop"] = list(stop)
-            if self.cfg.vllm_extensions:
-                params["extra_body"] = {"include_stop_str_in_output": True}
+            extra["include_stop_str_in_output"] = True
+        if self.cfg.return_token_ids:
+            extra["return_token_ids"] = True
+        if self.cfg.vllm_extensions and extra:
+            params["extra_body"] = extra
         out: list[Completion | None] = [None] * len(prompts)
         halt = threading.Event()
         workers = max(1, min(self.cfg.concurrency, len(prompts)))
@@ -211,13 +224,17 @@ class OpenAIBackend(CompletionBackend):
     def _call(self, prompt: Prompt, params: dict[str, Any], stop: tuple[str, ...]) -> Completion:
         """One HTTP attempt; the body is parsed here, strictly."""
         if isinstance(prompt, str):
+            special = self.cfg.add_special_tokens
+            if special is not None and self.cfg.vllm_extensions:
+                extra = {**params.get("extra_body", {}), "add_special_tokens": special}
+                params = {**params, "extra_body": extra}
             resp = self._client.completions.with_raw_response.create(prompt=prompt, **params)
         else:
             resp = self._client.chat.completions.with_raw_response.create(
                 messages=prompt,  # type: ignore[arg-type]
                 **params,
             )
-        text, finish, stop_reason, n_tokens = _parse(response_text(resp))
+        text, finish, stop_reason, n_tokens, token_ids = _parse(response_text(resp))
         dropped = isinstance(stop_reason, str) and stop_reason in stop and stop_reason not in text
         if finish == "stop" and dropped:  # the server cut before the stop string: put it back
             text += stop_reason
@@ -229,11 +246,17 @@ class OpenAIBackend(CompletionBackend):
             reason = "length"
         else:
             reason = "eos"
-        return Completion(cut, (), (), reason, n_tokens)
+        # the server's ids run through the stop string's last token, like a local answer
+        ids = token_ids if token_ids is not None and cut == text else ()
+        return Completion(cut, ids, (), reason, n_tokens)
 
 
-def _parse(body: str) -> tuple[str, str | None, Any, int]:
-    """(text, finish_reason, stop_reason, completion tokens) of a (chat) completion body."""
+def _parse(body: str) -> tuple[str, str | None, Any, int, tuple[int, ...] | None]:
+    """(text, finish_reason, stop_reason, completion tokens, token ids when the server sent
+    them: vLLM's ``return_token_ids``) of a (chat) completion body."""
     text, choice, usage = parse_body(body, chat=False)
     n_tokens = int((usage or {}).get("completion_tokens") or 0)
-    return text, choice.get("finish_reason"), choice.get("stop_reason"), n_tokens
+    ids = choice.get("token_ids")
+    ok = isinstance(ids, list) and all(isinstance(t, int) and not isinstance(t, bool) for t in ids)
+    token_ids = tuple(ids) if ok else None
+    return text, choice.get("finish_reason"), choice.get("stop_reason"), n_tokens, token_ids

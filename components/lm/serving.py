@@ -1,4 +1,4 @@
-"""The experience model's generation backend, chosen by the ``serving`` config section.
+"""The experience model's (and the LM policy's) generation backend, chosen by ``serving``.
 
 ``serving.backend = "local"`` loads ``serving.experience_model`` (a model directory, relative
 to the project root) with transformers and decodes with the fast batched ``Generator``;
@@ -7,7 +7,11 @@ to the project root) with transformers and decodes with the fast batched ``Gener
 variable named by ``serving.base_url_env``. Both answer ``generate(prompts, **decoding)``,
 so the synthetic env cannot tell them apart.
 
-A failed server request becomes an empty answer (``on_failure="empty"``): the synthetic
+``serving.policy_backend = "openai"`` sends the LM policy's evaluation prompts to the same
+kind of server (``policy_backend``); the policy keeps its local weights to tokenise and to
+score (components/agent/policy_model.py).
+
+A failed experience-model request becomes an empty answer (``on_failure="empty"``): the synthetic
 env's strict parser counts it as malformed and resamples once, so a flaky server never
 crashes a run.
 """
@@ -54,3 +58,31 @@ def experience_backend(serving: ServingConfig, root: Path) -> CompletionBackend:
 
     model, tokenizer = load_pretrained_dir(local_model_dir(serving, root))
     return Generator(model, tokenizer)
+
+
+def policy_model_name(serving: ServingConfig, policy_dir: Path, root: Path) -> str:
+    """The served name of a saved policy: ``policy_model``, else its directory relative to
+    the project root (the name ``vllm serve <dir>`` and ``dreamgym serve --model <dir>`` give)."""
+    if serving.policy_model:
+        return serving.policy_model
+    path, root = Path(policy_dir).resolve(), Path(root).resolve()
+    return path.relative_to(root).as_posix() if path.is_relative_to(root) else str(path)
+
+
+def policy_backend(serving: ServingConfig, model_name: str) -> CompletionBackend:
+    """The server client that decodes a policy served as ``model_name``.
+
+    Prompts are sent as the text the policy's chat template rendered, tokenised without
+    special tokens (exactly the local prompt ids), and the server is asked for the generated
+    token ids, so a served greedy answer is token for token the local one.
+    """
+    from components.lm.openai_backend import OpenAIBackend, OpenAIBackendConfig
+
+    client = ("base_url_env", "api_key_env", "concurrency", "max_retries", "timeout_s")
+    cfg = OpenAIBackendConfig(
+        model=model_name,
+        **fields_of(serving, *client),
+        add_special_tokens=False,
+        return_token_ids=True,
+    )
+    return OpenAIBackend(cfg)

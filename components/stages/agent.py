@@ -229,7 +229,10 @@ def eval_job(cfg: Config, paths: Paths, method: str, seed: int, mode: str) -> li
 
     tasks = held_out_tasks(load_tasks(paths))
     e = cfg.agent.eval
-    loaded = None if method == RANDOM else load_policy(policy_dir(paths, method, seed), cfg.agent)
+    loaded = None
+    if method != RANDOM:  # an LM policy may decode on a server (serving.policy_backend)
+        where = policy_dir(paths, method, seed)
+        loaded = load_policy(where, cfg.agent, serving=cfg.serving, root=paths.root)
     rows: list[dict[str, Any]] = []
     for p in range(e.passes if mode == "sampled" else 1):
         run_seed = seed + PASS_SEED_STRIDE * p

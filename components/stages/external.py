@@ -124,7 +124,7 @@ def play(cfg: Config, paths: Paths, dirs: list, tasks: list) -> list[dict[str, A
     modes = [(SAMPLED, e.temperature)] + ([(GREEDY, 0.0)] if e.greedy else [])
     rows: list[dict[str, Any]] = []
     for seed, folder in runs:
-        loaded = load_policy(folder, cfg.agent)
+        loaded = load_policy(folder, cfg.agent, serving=cfg.serving, root=paths.root)
         for mode, temperature in modes:
             for p in range(e.passes if mode == SAMPLED else 1):
                 acting = Acting(loaded, temperature, e.max_new_tokens)
