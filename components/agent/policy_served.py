@@ -3,9 +3,10 @@
 The server holds the same weights as the local ``PolicyModel`` (``vllm serve <policy dir>``
 or ``dreamgym serve --model <policy dir>``). The rendered prompts go out as text, tokenised
 there without special tokens (the local prompt ids exactly), and the answer's token ids
-come back (re-encoded from its text when a server does not send them), so a greedy served
-answer is token for token the local one. Log-probabilities are scored locally, under the
-local weights. Only fixed weights are served: RL rollouts always decode in process.
+come back (re-encoded from its text when a server does not send them), so with the same
+numerics (``dreamgym serve``) a greedy served answer is token for token the local one.
+Log-probabilities are scored locally, under the local weights. Only fixed weights are
+served: RL rollouts always decode in process.
 """
 
 from __future__ import annotations

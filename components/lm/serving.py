@@ -74,7 +74,8 @@ def policy_backend(serving: ServingConfig, model_name: str) -> CompletionBackend
 
     Prompts are sent as the text the policy's chat template rendered, tokenised without
     special tokens (exactly the local prompt ids), and the server is asked for the generated
-    token ids, so a served greedy answer is token for token the local one.
+    token ids: on the same weights and numerics a greedy answer is the local one, token
+    for token.
     """
     from components.lm.openai_backend import OpenAIBackend, OpenAIBackendConfig
 
