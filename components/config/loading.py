@@ -12,6 +12,7 @@ from pydantic import ValidationError, model_validator
 from components.config.agent import AgentConfig, RLConfig
 from components.config.base import _Section
 from components.config.data import (
+    ENV_NAMES,
     BufferConfig,
     CollectConfig,
     EnvConfig,
@@ -179,7 +180,8 @@ def _format_errors(err: ValidationError, source: str) -> str:
 
 
 def resolve_params(raw: dict[str, Any], profile: str | None = None) -> dict[str, Any]:
-    """Merge the active profile's overlay over the defaults; returns plain data."""
+    """Defaults, then ``env_overrides`` of the chosen env, then the active profile's
+    overlay, deep-merged; returns plain data."""
     raw = dict(raw)
     profiles = raw.pop("profiles", {}) or {}
     if not isinstance(profiles, dict):
@@ -201,9 +203,31 @@ def resolve_params(raw: dict[str, Any], profile: str | None = None) -> dict[str,
                 f"profiles.{key}: must be a mapping of overrides (section: values), "
                 f"got {type(overlay).__name__}"
             )
-    merged = _deep_merge(raw, profiles.get(name) or {})
+    merged = _deep_merge(_env_overlay(raw, profiles.get(name) or {}), profiles.get(name) or {})
     merged["profile"] = name
     return merged
+
+
+def _env_overlay(raw: dict[str, Any], profile: dict[str, Any]) -> dict[str, Any]:
+    """``raw`` with ``env_overrides[<env.name>]`` deep-merged over it (under the profile)."""
+    overrides = raw.pop("env_overrides", {}) or {}
+    if not isinstance(overrides, dict):
+        raise ConfigError(
+            f"env_overrides: must be a mapping of env name -> overrides, "
+            f"got {type(overrides).__name__}"
+        )
+    unknown = sorted(str(e) for e in set(overrides) - set(ENV_NAMES))
+    if unknown:
+        raise ConfigError(f"env_overrides: unknown env(s) {unknown}; known: {list(ENV_NAMES)}")
+    # the profile may name the env too (a profile for one env): it decides
+    env = {**(raw.get("env") or {}), **(profile.get("env") or {})}
+    overlay = overrides.get(env.get("name", "textworld")) or {}
+    if not isinstance(overlay, dict):
+        raise ConfigError(
+            f"env_overrides.{env.get('name')}: must be a mapping of overrides (section: values), "
+            f"got {type(overlay).__name__}"
+        )
+    return _deep_merge(raw, overlay)
 
 
 class _UniqueKeyLoader(yaml.SafeLoader):

@@ -34,6 +34,28 @@ def test_default_profile_is_cpu_and_overlays_apply():
     assert ci.collect.episodes != cpu.collect.episodes
 
 
+def test_env_overrides_apply_to_their_env_only_and_the_profile_wins(tmp_path: Path):
+    def mutate(raw: dict) -> None:
+        raw["env_overrides"] = {"scienceworld": {"collect": {"demo_games": 7, "epsilon": 0.5}}}
+        raw["profiles"]["ci"]["collect"]["demo_games"] = 3
+
+    path = _write(tmp_path, mutate)
+    assert load_config(path).collect.demo_games == 20  # textworld: untouched
+    raw = yaml.safe_load(path.read_text())
+    raw["env"]["name"] = "scienceworld"
+    path.write_text(yaml.safe_dump(raw))
+    sw = load_config(path)
+    assert (sw.collect.demo_games, sw.collect.epsilon) == (7, 0.5)
+    assert load_config(path, profile="ci").collect.demo_games == 3  # the profile goes on top
+    assert load_config(path, profile="ci").collect.epsilon == 0.5
+
+
+def test_env_overrides_of_an_unknown_env_is_an_error(tmp_path: Path):
+    path = _write(tmp_path, lambda raw: raw.update(env_overrides={"sciencewrld": {}}))
+    with pytest.raises(ConfigError, match="unknown env"):
+        load_config(path)
+
+
 def test_config_is_frozen():
     cfg = load_config(ROOT / "params.yaml")
     with pytest.raises(ValidationError):
@@ -85,7 +107,7 @@ def test_each_method_trains_its_algorithms_seeds(tmp_path: Path):
 def _leaf_keys(data: dict, prefix: tuple = ()) -> list[tuple]:
     out: list[tuple] = []
     for key, value in data.items():
-        if key == "profiles":
+        if key in ("profiles", "env_overrides"):
             continue
         if isinstance(value, dict) and value:
             out += _leaf_keys(value, (*prefix, key))
@@ -153,6 +175,7 @@ def test_config_class_defaults_equal_params_yaml():
     built in code without params.yaml gets the same settings as the pipeline."""
     params = yaml.safe_load((ROOT / "params.yaml").read_text(encoding="utf-8"))
     params.pop("profiles")
+    params.pop("env_overrides")
     assert not _default_disagreements(Config, params)
     for key in REQUIRED_FIELDS:  # each required field is given by params.yaml
         node = params
@@ -164,6 +187,7 @@ def test_config_class_defaults_equal_params_yaml():
 def test_the_defaults_check_catches_a_disagreement():
     params = yaml.safe_load((ROOT / "params.yaml").read_text(encoding="utf-8"))
     params.pop("profiles")
+    params.pop("env_overrides")
     params["rl"]["ppo"]["gamma"] = 0.5
     params["env"]["miniwob"]["seeds"]["test"] = 9
     assert _default_disagreements(Config, params) == [
