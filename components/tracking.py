@@ -81,9 +81,11 @@ def dvc_md5(path: Path) -> str:
 _RUN_OUTPUTS = ("dvc.lock", "metrics", "reports", "bench/results")
 
 
-def git_commit(root: Path) -> tuple[str, bool]:
+def git_commit(root: Path, *, params_ok: bool = False) -> tuple[str, bool]:
     """(commit sha or 'unknown', whether tracked files other than the pipeline's own
-    outputs have uncommitted changes)."""
+    outputs have uncommitted changes; ``params_ok``: params.yaml edits do not count, the
+    caller records them with ``params_overrides``)."""
+    excluded = (*_RUN_OUTPUTS, "params.yaml") if params_ok else _RUN_OUTPUTS
     try:
         sha = subprocess.run(
             ["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, check=True
@@ -97,7 +99,7 @@ def git_commit(root: Path) -> tuple[str, bool]:
                     "--untracked-files=no",
                     "--",
                     ".",
-                    *(f":(exclude){p}" for p in _RUN_OUTPUTS),
+                    *(f":(exclude){p}" for p in excluded),
                 ],
                 cwd=root,
                 capture_output=True,
@@ -108,6 +110,31 @@ def git_commit(root: Path) -> tuple[str, bool]:
         return sha, dirty
     except (subprocess.CalledProcessError, FileNotFoundError):
         return "unknown", False
+
+
+def _flat(d: Any, prefix: str = "") -> dict[str, Any]:
+    if not isinstance(d, dict):
+        return {prefix: d}
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        out.update(_flat(v, f"{prefix}.{k}" if prefix else str(k)))
+    return out
+
+
+def params_overrides(root: Path) -> dict[str, Any]:
+    """Keys of params.yaml that differ from the committed one (``dvc exp run -S k=v``):
+    ``{dotted.key: value}``, None for a removed key; {} outside git."""
+    import yaml
+
+    try:
+        committed = subprocess.run(
+            ["git", "show", "HEAD:params.yaml"], cwd=root, capture_output=True, check=True
+        ).stdout
+        head = _flat(yaml.safe_load(committed) or {})
+        now = _flat(yaml.safe_load((root / "params.yaml").read_text(encoding="utf-8")) or {})
+    except (subprocess.CalledProcessError, FileNotFoundError, yaml.YAMLError):
+        return {}
+    return {k: now.get(k) for k in sorted(set(head) | set(now)) if head.get(k) != now.get(k)}
 
 
 class StageRun:

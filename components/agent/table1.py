@@ -194,6 +194,22 @@ def diff_cell(diff: Mapping[str, Any] | None) -> str:
     return f"{100 * diff['diff']:+.1f} ({100 * diff['ci_low']:+.1f}, {100 * diff['ci_high']:+.1f})"
 
 
+def keep_other_envs(table: Table, previous: Mapping[str, Any], env: str) -> Table:
+    """``table`` (this run's ``env``) with the other envs' rows of ``previous`` kept, each
+    with the provenance of the run that made it (``_provenance_by_env``)."""
+    by_env = dict(previous.get("_provenance_by_env") or {})
+    out = dict(table)
+    out["_provenance_by_env"] = {}
+    for name, rows in previous.items():
+        if name.startswith("_") or name == env or not isinstance(rows, dict):
+            continue
+        out[name] = rows
+        # a file written before _provenance_by_env: its top-level provenance was that env's
+        out["_provenance_by_env"][name] = by_env.get(name, previous.get("_provenance"))
+    out["_provenance_by_env"][env] = table.get("_provenance")
+    return out
+
+
 def markdown(table: Table) -> str:
     """The table as markdown, one section per env; methods not evaluated say so."""
     lines: list[str] = []

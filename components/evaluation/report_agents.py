@@ -78,6 +78,8 @@ def _table1_rows(t1: Any) -> dict[str, dict[str, dict[str, Any]]]:
         return {}
     out = {}
     for env, methods in t1.items():
+        if str(env).startswith("_"):  # _provenance, _provenance_by_env, _headline
+            continue
         rows = (
             {k: v for k, v in methods.items() if isinstance(v, dict)}
             if isinstance(methods, dict)

@@ -340,16 +340,36 @@ def evaluate_policy(cfg: Config, paths: Paths, method: str) -> dict[str, Any]:
 
 def build_table1(cfg: Config, paths: Paths) -> dict[str, Any]:
     """Stage table1: metrics/table1.json (with provenance) and its markdown."""
-    from components.agent.table1 import METHODS, build_table, load_episodes, markdown
+    from components.agent.table1 import (
+        METHODS,
+        build_table,
+        keep_other_envs,
+        load_episodes,
+        markdown,
+    )
     from components.evaluation.headline import HEADLINE_DIR, TABLE1_HEADLINE, table1_headline
-    from components.tracking import git_commit, stage_run
+    from components.tracking import git_commit, params_overrides, stage_run
 
     episodes = load_episodes(paths.data / EVAL_DIR)
     steps = {m: training_real_steps(paths, m) for m in METHODS}
     table = build_table(cfg.env.name, episodes, steps)
-    sha, dirty = git_commit(paths.root)
-    table["_provenance"] = {"git_commit": sha, "dirty": dirty, "profile": cfg.profile}
+    # another env is a params override (`dvc exp run -S env.name=...`), not uncommitted code
+    sha, dirty = git_commit(paths.root, params_ok=True)
+    table["_provenance"] = {
+        "git_commit": sha,
+        "dirty": dirty,
+        "profile": cfg.profile,
+        "env": cfg.env.name,
+        "params_overrides": params_overrides(paths.root),
+    }
     table["_headline"] = "sampled"
+    # one file for every env: the other envs' rows (their own runs) stay (dvc.yaml: persist)
+    previous = paths.metrics / TABLE1_METRICS
+    try:
+        old = json.loads(previous.read_text(encoding="utf-8")) if previous.exists() else {}
+    except json.JSONDecodeError as err:  # never drop the other envs' rows silently
+        raise ValueError(f"{previous}: not valid JSON ({err}); fix or delete it") from err
+    table = keep_other_envs(table, old, cfg.env.name)
     text = markdown(table)
     write_json(paths.metrics / TABLE1_METRICS, table)
     # the one-screen part of Table 1 that `dvc metrics show` / `dvc exp show` print

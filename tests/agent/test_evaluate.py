@@ -12,6 +12,7 @@ from components.agent.table1 import (
     METHODS,
     build_table,
     cluster_bootstrap,
+    keep_other_envs,
     markdown,
     mode_summary,
     paired_difference,
@@ -210,3 +211,25 @@ def test_stages_train_evaluate_and_tabulate_the_baselines(agent_tw_suite, tmp_pa
     dpo_version = client.get_model_version_by_alias(REGISTERED_MODEL, "dpo")
     assert dpo_version.version != sft_version.version
     assert sft_version.tags["eval.episodes"] == str(n_test)
+
+
+def test_table1_keeps_the_other_envs_rows_with_their_provenance():
+    old = {
+        "textworld": {"sft": {"success": 0.8}},
+        "_provenance": {"git_commit": "aaa", "dirty": False, "profile": "cpu"},
+        "_headline": "sampled",
+    }
+    sw = {"scienceworld": {"sft": {"success": 0.3}}, "_provenance": {"git_commit": "bbb"}}
+    merged = keep_other_envs(sw, old, "scienceworld")
+    assert merged["textworld"] == old["textworld"]
+    assert merged["scienceworld"]["sft"]["success"] == 0.3
+    assert merged["_provenance_by_env"]["textworld"]["git_commit"] == "aaa"  # from the old top
+    assert merged["_provenance_by_env"]["scienceworld"]["git_commit"] == "bbb"
+    # rerunning textworld replaces its rows and keeps scienceworld's with its provenance
+    tw = {"textworld": {"sft": {"success": 0.9}}, "_provenance": {"git_commit": "ccc"}}
+    again = keep_other_envs(tw, merged, "textworld")
+    assert again["textworld"]["sft"]["success"] == 0.9
+    assert again["_provenance_by_env"] == {
+        "scienceworld": {"git_commit": "bbb"},
+        "textworld": {"git_commit": "ccc"},
+    }

@@ -68,3 +68,24 @@ def test_stage_run_alone_goes_to_its_family_experiment(tmp_path, monkeypatch):
     run = mlflow.get_run(run_id)
     assert "mlflow.parentRunId" not in run.data.tags
     assert mlflow.get_experiment(run.info.experiment_id).name == "dreamgym-data"
+
+
+def test_params_overrides_are_recorded_and_do_not_make_the_tree_dirty(tmp_path: Path):
+    import subprocess
+
+    from components.tracking import git_commit, params_overrides
+
+    def git(*args: str) -> None:
+        subprocess.run(["git", *args], cwd=tmp_path, check=True, capture_output=True)
+
+    git("init", "-q")
+    (tmp_path / "params.yaml").write_text("env:\n  name: textworld\nseed: 0\n")
+    (tmp_path / "code.py").write_text("x = 1\n")
+    git("add", ".")
+    git("-c", "user.email=a@b", "-c", "user.name=a", "commit", "-qm", "init")
+    assert params_overrides(tmp_path) == {} and not git_commit(tmp_path)[1]
+    (tmp_path / "params.yaml").write_text("env:\n  name: scienceworld\nseed: 0\n")  # exp run -S
+    assert params_overrides(tmp_path) == {"env.name": "scienceworld"}
+    assert git_commit(tmp_path)[1] and not git_commit(tmp_path, params_ok=True)[1]
+    (tmp_path / "code.py").write_text("x = 2\n")  # code is never an override
+    assert git_commit(tmp_path, params_ok=True)[1]
