@@ -81,7 +81,7 @@ def decode_loop(
     tails = [""] * n
     reasons: list[FinishReason] = ["length"] * n
     for step in range(max_new_tokens):
-        chosen, chosen_lp = _pick(logits, temperature, top_p, rng, logprobs)
+        chosen, chosen_lp = pick_tokens(logits, temperature, top_p, rng, logprobs)
         chosen_list = chosen.tolist()
         lp_list = chosen_lp.tolist() if chosen_lp is not None else None
         keep: list[int] = []
@@ -168,7 +168,7 @@ def _preallocated_cache(config: Any, capacity: int) -> Any:
     return cache
 
 
-def _pick(
+def pick_tokens(
     logits: Any, temperature: float, top_p: float, rng: Any, with_logprobs: bool
 ) -> tuple[Any, Any]:
     """Next tokens (greedy or sampled) and their log-probabilities (or None)."""

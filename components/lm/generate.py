@@ -6,7 +6,7 @@ pads them, decodes greedily (temperature 0) or samples (temperature, top-p), and
 sequence at eos, at the first stop string (``</reward>`` for the experience model) or
 after ``max_new_tokens``; each answer is cut after its first stop string.
 
-Three decoding paths, one result:
+Four decoding paths, one result:
 
 - ``fast`` (default off CUDA): our own decode loop over the KV cache. One prefill per
   batch that keeps only the last position's logits, then one token per step for the rows
@@ -14,7 +14,11 @@ Three decoding paths, one result:
   dropped), and the batch ends when every row is done. Stop strings are detected from
   each row's decoded tail (token pieces are decoded once and cached), confirmed by one
   full decode, so a stop costs nothing per step.
-- ``static`` (default on CUDA): ``model.generate`` with a static KV cache and
+- ``graph`` (default on CUDA for Llama-family models): ``graph_decode.GraphDecoder``, our
+  decode step over a static KV cache, replayed as one CUDA graph per attended length
+  (grouped-query attention without repeated keys); finished rows stay in the batch and
+  the batch ends when every row has hit eos or a stop string (checked every 32 steps).
+- ``static`` (default on CUDA for other models): ``model.generate`` with a static KV cache and
   ``torch.compile`` (transformers compiles the decode step when the cache is static); prompt
   widths and the cache length are bucketed and the last batch is padded to the batch size,
   so shapes repeat and compiled graphs are reused across calls.
@@ -42,7 +46,13 @@ from components.lm.completion import (
     cut_at_stop,
     render_prompts,
 )
-from components.lm.decoding import bucket, decode_loop, score_tokens, torch_threads
+from components.lm.decoding import (
+    bucket,
+    decode_loop,
+    pick_tokens,
+    score_tokens,
+    torch_threads,
+)
 
 __all__ = [
     "CACHE_BUCKET",
@@ -64,7 +74,7 @@ __all__ = [
     "torch_threads",
 ]
 
-DecodePath = Literal["fast", "static", "reference"]
+DecodePath = Literal["fast", "graph", "static", "reference"]
 
 # On CPU a small model runs one thread: its matrices are too small to split, and under
 # contention (the 2-core reference machine shared with other jobs) OpenMP threads that
@@ -90,8 +100,10 @@ class Decoding:
 class Generator(CompletionBackend):
     """Batched generation with one model and tokenizer.
 
-    ``fast=False`` selects the reference path. ``static_cache`` / ``compile`` choose the
-    static-cache path (default: on CUDA only); ``compile`` without CUDA is for tests.
+    ``fast=False`` selects the reference path. ``graph`` chooses the CUDA-graph path
+    (default: on CUDA for Llama-family models; on CPU it runs eagerly, for tests).
+    ``static_cache`` / ``compile`` choose the static-cache path (default: on CUDA only);
+    ``compile`` without CUDA is for tests.
     ``threads`` sets torch's intra-op threads during generation: "auto" = 1 for a small
     model on CPU (``SMALL_MODEL_PARAMS``), else unchanged; None = unchanged.
     """
@@ -102,6 +114,7 @@ class Generator(CompletionBackend):
         tokenizer: Any,
         *,
         fast: bool = True,
+        graph: bool | None = None,
         static_cache: bool | None = None,
         compile: bool | None = None,
         threads: int | Literal["auto"] | None = "auto",
@@ -110,6 +123,10 @@ class Generator(CompletionBackend):
         self.tokenizer = tokenizer
         self.fast = fast
         cuda = self.device.type == "cuda"
+        from components.lm.graph_decode import supports
+
+        self.graph = (cuda and supports(model)) if graph is None else graph
+        self._decoders: dict[tuple[int, int], Any] = {}  # graph path: buffers and graphs
         self.static_cache = cuda if static_cache is None else static_cache
         self.compile = (cuda and self.static_cache) if compile is None else compile
         if threads == "auto":
@@ -128,6 +145,8 @@ class Generator(CompletionBackend):
         """Which decoding path ``generate`` takes."""
         if not self.fast:
             return "reference"
+        if self.graph:
+            return "graph"
         return "static" if self.static_cache else "fast"
 
     def complete(self, prompts: Sequence[Prompt], **decoding: Any) -> list[Completion]:
@@ -169,13 +188,15 @@ class Generator(CompletionBackend):
         out: list[Completion | None] = [None] * len(encoded)
         rng = None
         if seed is not None:
-            if self.path == "fast":  # a local generator: no global RNG state is touched
+            if self.path in ("fast", "graph"):  # a local generator: global RNG untouched
                 rng = torch.Generator(device=self.device).manual_seed(seed)
             else:
                 torch.manual_seed(seed)  # model.generate samples from the global RNG
-        decode = {"fast": self._fast_batch, "static": self._static_batch}.get(
-            self.path, self._reference_batch
-        )
+        decode = {
+            "fast": self._fast_batch,
+            "graph": self._graph_batch,
+            "static": self._static_batch,
+        }.get(self.path, self._reference_batch)
         d = Decoding(max_new_tokens, temperature, top_p, stop, batch_size, rng, logprobs)
         was_training = self.model.training
         self.model.eval()
@@ -258,6 +279,36 @@ class Generator(CompletionBackend):
         text = self.tokenizer.decode(tokens, skip_special_tokens=True)
         return (True, tail) if any(s in text for s in stop) else (False, "")
 
+    # -- graph path: our decode step over a static cache, replayed as CUDA graphs ---------
+
+    def _graph_batch(self, encoded: list[list[int]], d: Decoding) -> list[Completion]:
+        from components.lm.graph_decode import decoder_for
+
+        ids, mask = self._left_pad(encoded, max(len(e) for e in encoded))
+        # compiled layers on CUDA: 10-17% faster steps (bench/results/gpu_decode.json)
+        cuda = self.device.type == "cuda"
+        dec = decoder_for(
+            self._decoders, self.model, d.batch_size, ids.shape[1] + d.max_new_tokens, compile=cuda
+        )
+        eos = self._eos_ids()
+
+        def done(tokens: Any) -> bool:
+            for row in tokens.tolist():
+                if not eos.intersection(row):
+                    text = self.tokenizer.decode(row, skip_special_tokens=True)
+                    if not any(s in text for s in d.stop):
+                        return False
+            return True
+
+        new, logps = dec.generate(
+            ids,
+            mask,
+            max_new_tokens=d.max_new_tokens,
+            pick=lambda logits: pick_tokens(logits, d.temperature, d.top_p, d.rng, d.logprobs),
+            done=done,
+        )
+        return self._split(new, ids, mask, d, logps)
+
     # -- static path: model.generate with a static KV cache (+ torch.compile) -------------
 
     def _static_batch(self, encoded: list[list[int]], d: Decoding) -> list[Completion]:
@@ -305,8 +356,11 @@ class Generator(CompletionBackend):
             kwargs.update(stop_strings=list(d.stop), tokenizer=self.tokenizer)
         return kwargs
 
-    def _split(self, new: Any, prompt_ids: Any, prompt_mask: Any, d: Decoding) -> list[Completion]:
-        """Completions from ``model.generate``'s new tokens (padding after the end dropped)."""
+    def _split(
+        self, new: Any, prompt_ids: Any, prompt_mask: Any, d: Decoding, logps: Any = None
+    ) -> list[Completion]:
+        """Completions from generated rows (anything after eos / a stop string dropped);
+        ``logps``: the rows' token logprobs where the decode loop kept them."""
         stop = d.stop
         eos = self._eos_ids()
         keep_chars = max((len(s) for s in stop), default=0) * 2 + 8
@@ -326,7 +380,9 @@ class Generator(CompletionBackend):
                     break
             rows.append((tokens, reason))
         scores: list[list[float]] = [[] for _ in rows]
-        if d.logprobs:
+        if d.logprobs and logps is not None:
+            scores = [lp[: len(t)] for lp, (t, _) in zip(logps.tolist(), rows, strict=True)]
+        elif d.logprobs:
             scores = score_tokens(
                 self.model, prompt_ids, prompt_mask, [r[0] for r in rows], d.temperature
             )

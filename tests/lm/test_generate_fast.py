@@ -135,15 +135,18 @@ def test_static_cache_path_agrees_with_the_reference_on_cpu(random_model, tokeni
 
 
 @pytest.mark.skipif("not __import__('torch').cuda.is_available()", reason="needs CUDA")
-def test_cuda_defaults_to_the_compiled_static_path_and_agrees(random_model, tokenizer):
+def test_cuda_defaults_to_the_graph_path_and_every_path_agrees(random_model, tokenizer):
     import copy
 
     model = copy.deepcopy(random_model).to("cuda")
-    gen = Generator(model, tokenizer)
+    assert Generator(model, tokenizer).path == "graph"
+    ref = Generator(model, tokenizer, fast=False).generate(PROMPTS, **GREEDY)
+    assert Generator(model, tokenizer).generate(PROMPTS, batch_size=4, **GREEDY) == ref
+    gen = Generator(model, tokenizer, graph=False)
     assert (gen.path, gen.compile) == ("static", True)
     ref = Generator(model, tokenizer, fast=False).generate(PROMPTS, **GREEDY)
     assert gen.generate(PROMPTS, batch_size=4, **GREEDY) == ref
-    fast = Generator(model, tokenizer, static_cache=False).generate(PROMPTS, **GREEDY)
+    fast = Generator(model, tokenizer, graph=False, static_cache=False).generate(PROMPTS, **GREEDY)
     assert fast == ref
 
 

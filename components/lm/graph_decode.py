@@ -1,0 +1,387 @@
+"""Large-batch decoding of Llama-family LMs (SmolLM2, Llama, Qwen2) over a static KV cache.
+
+Why not ``model.generate``: at batch 256 a decode step of a 135M model must read its weights
+once and the whole KV cache, so its floor is memory bandwidth. transformers' eager step
+repeats the grouped-query keys and values per query head (3x the cache traffic for
+SmolLM2) and launches ~1,000 small kernels a step, so the GPU mostly waits.
+
+This path: one prefill per row chunk with the transformers model, its cache copied into a
+static ``(batch, kv_heads, capacity, head_dim)`` buffer per layer; then each step runs our
+own decode step: fused q/k/v and gate/up weights, attention as two batched matmuls per
+kv head group (no repeat), the padding/causal mask from a per-row validity buffer, the new
+key/value written in place at one shared column (prompts are left padded). The attended
+length is rounded up to ``bucket`` columns; on CUDA the step for each length is captured
+once as a CUDA graph and replayed, so a step costs one launch. ``compile=True`` also runs
+the step through ``torch.compile`` (fewer, fused kernels) before capture. On CPU the same
+step runs eagerly: the tests check it against transformers token for token.
+
+LoRA (peft) models are decoded with the adapter's delta added to the fused weights (the
+model is not modified); weights are re-copied into the same buffers at every call, so
+captured graphs stay valid while a policy trains.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+SUPPORTED_TYPES = ("llama", "qwen2")
+
+
+def supports(model: Any) -> bool:
+    """Whether ``model`` is a Llama-family causal LM this decoder implements."""
+    cfg = getattr(model, "config", None)
+    inner = getattr(_base(model), "model", None)
+    return (
+        cfg is not None
+        and inner is not None
+        and getattr(cfg, "model_type", None) in SUPPORTED_TYPES
+        and getattr(cfg, "hidden_act", "silu") == "silu"
+        and not getattr(cfg, "use_sliding_window", False)
+        and hasattr(inner, "rotary_emb")
+    )
+
+
+def _base(model: Any) -> Any:
+    """The transformers model under a peft wrapper (or the model itself)."""
+    get_base = getattr(model, "get_base_model", None)
+    return get_base() if callable(get_base) else model
+
+
+def _weight(linear: Any) -> tuple[Any, Any]:
+    """(weight, bias) of a Linear as used in the forward pass: a LoRA delta included."""
+    base = getattr(linear, "base_layer", linear)
+    weight, bias = base.weight, base.bias
+    lora = hasattr(linear, "get_delta_weight") and not getattr(linear, "merged", False)
+    if lora and not getattr(linear, "disable_adapters", False):
+        for name in getattr(linear, "active_adapters", ()):
+            if name in getattr(linear, "lora_A", {}):
+                weight = weight + linear.get_delta_weight(name)
+    return weight, bias
+
+
+@dataclass
+class _Layer:
+    qkv: Any
+    qkv_bias: Any
+    o: Any
+    gate_up: Any
+    down: Any
+    ln1: Any
+    ln2: Any
+
+
+@dataclass(frozen=True)
+class DecodeTimings:
+    """Where one ``generate`` call spent its time (seconds; CUDA-synchronised)."""
+
+    prefill_s: float
+    decode_s: float
+    steps: int
+    graphs_captured: int
+
+
+class GraphDecoder:
+    """Static-cache decoder for one model, ``batch_size`` rows and ``capacity`` positions.
+
+    ``generate`` takes left-padded ``ids``/``mask`` of at most ``batch_size`` rows and
+    returns the new tokens (rows x steps) and, on request, their log-probabilities.
+    """
+
+    def __init__(
+        self,
+        model: Any,
+        batch_size: int,
+        capacity: int,
+        *,
+        bucket: int = 128,
+        graphs: bool | None = None,
+        compile: bool = False,
+        prefill_rows: int = 32,
+    ) -> None:
+        import torch
+
+        if not supports(model):
+            raise ValueError(f"GraphDecoder: unsupported model type {model.config.model_type!r}")
+        self.model = model
+        base = _base(model)
+        self.inner = base.model
+        cfg = model.config
+        self.device = next(model.parameters()).device
+        self.dtype = next(model.parameters()).dtype
+        self.batch_size, self.capacity, self.bucket = batch_size, capacity, bucket
+        self.prefill_rows = prefill_rows
+        self.n_heads = cfg.num_attention_heads
+        self.kv_heads = getattr(cfg, "num_key_value_heads", None) or self.n_heads
+        self.head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // self.n_heads
+        self.eps = cfg.rms_norm_eps
+        attn = self.inner.layers[0].self_attn
+        self.scaling = getattr(attn, "scaling", self.head_dim**-0.5)
+        self.graphs = self.device.type == "cuda" if graphs is None else graphs
+        n_layers = len(self.inner.layers)
+        shape = (n_layers, batch_size, self.kv_heads, capacity, self.head_dim)
+        self.k_cache = torch.zeros(shape, dtype=self.dtype, device=self.device)
+        self.v_cache = torch.zeros(shape, dtype=self.dtype, device=self.device)
+        self.valid = torch.zeros((batch_size, capacity), dtype=torch.bool, device=self.device)
+        self.columns = torch.arange(capacity, device=self.device)
+        self.tok = torch.zeros(batch_size, dtype=torch.long, device=self.device)
+        self.pos = torch.zeros(batch_size, dtype=torch.long, device=self.device)
+        self.col = torch.zeros(1, dtype=torch.long, device=self.device)
+        self.layers = [self._alloc_layer(layer) for layer in self.inner.layers]
+        self.lm_head = base.lm_head.weight
+        half = torch.ones(self.head_dim // 2, dtype=self.dtype, device=self.device)
+        self.rotate_sign = torch.cat([-half, half])
+        self._step_fn: Callable[[int], Any] = self._step
+        # compile one layer (the same code for every layer: compiled once, fast to build)
+        self._layer_fn: Callable[..., Any] = self._layer
+        if compile:
+            self._layer_fn = torch.compile(self._layer, dynamic=True)
+        self._graphs: dict[int, tuple[Any, Any]] = {}
+        self._pool = torch.cuda.graph_pool_handle() if self.graphs else None
+        self.last_timings: DecodeTimings | None = None
+
+    # -- weights --------------------------------------------------------------------------
+
+    def _alloc_layer(self, layer: Any) -> _Layer:
+        import torch
+
+        a, m = layer.self_attn, layer.mlp
+        qkv = [_weight(p) for p in (a.q_proj, a.k_proj, a.v_proj)]
+        has_bias = qkv[0][1] is not None
+
+        def empty(*tensors: Any) -> Any:
+            rows = sum(t.shape[0] for t in tensors)
+            return torch.empty((rows, *tensors[0].shape[1:]), dtype=self.dtype, device=self.device)
+
+        return _Layer(
+            qkv=empty(*(w for w, _ in qkv)),
+            qkv_bias=empty(*(b for _, b in qkv)) if has_bias else None,
+            o=empty(_weight(a.o_proj)[0]),
+            gate_up=empty(_weight(m.gate_proj)[0], _weight(m.up_proj)[0]),
+            down=empty(_weight(m.down_proj)[0]),
+            ln1=layer.input_layernorm.weight,
+            ln2=layer.post_attention_layernorm.weight,
+        )
+
+    def refresh_weights(self) -> None:
+        """Copy the model's current weights (LoRA deltas added) into the fused buffers."""
+        import torch
+
+        with torch.no_grad():
+            for dst, layer in zip(self.layers, self.inner.layers, strict=True):
+                a, m = layer.self_attn, layer.mlp
+                qkv = [_weight(p) for p in (a.q_proj, a.k_proj, a.v_proj)]
+                q_rows = qkv[0][0].shape[0]
+                torch.cat([w for w, _ in qkv], out=dst.qkv)
+                dst.qkv[:q_rows].mul_(self.scaling)  # attention's 1/sqrt(d) folded into q
+                if dst.qkv_bias is not None:
+                    torch.cat([b for _, b in qkv], out=dst.qkv_bias)
+                    dst.qkv_bias[:q_rows].mul_(self.scaling)
+                dst.o.copy_(_weight(a.o_proj)[0])
+                torch.cat([_weight(m.gate_proj)[0], _weight(m.up_proj)[0]], out=dst.gate_up)
+                dst.down.copy_(_weight(m.down_proj)[0])
+
+    # -- one decode step ------------------------------------------------------------------
+
+    def _layer(
+        self,
+        x: Any,
+        weights: tuple[Any, ...],
+        k_cache: Any,
+        v_cache: Any,
+        col: Any,
+        cos: Any,
+        sin: Any,
+        masked: Any,
+    ) -> Any:
+        """One transformer layer for one new token per row; ``x``: (rows, hidden).
+
+        Takes tensors only (no per-layer object), so a compiled layer serves every layer.
+        """
+        qkv_w, qkv_b, o_w, gate_up_w, down_w, ln1, ln2 = weights
+        import torch
+        import torch.nn.functional as F
+
+        b, nh, kvh, d = x.shape[0], self.n_heads, self.kv_heads, self.head_dim
+        h = F.rms_norm(x, (x.shape[-1],), ln1, self.eps)
+        qkv = F.linear(h, qkv_w, qkv_b)  # q rows pre-scaled (refresh_weights)
+        qk = qkv[:, : (nh + kvh) * d].view(b, nh + kvh, d)
+        # rotary on q and k at once: x cos + rotate_half(x) sin, rotate_half = roll x sign
+        qk = torch.addcmul(qk * cos, qk.roll(d // 2, dims=-1), sin)
+        k_cache.index_copy_(2, col, qk[:, nh:, None, :])
+        v_cache.index_copy_(2, col, qkv[:, (nh + kvh) * d :].view(b, kvh, 1, d))
+        length = masked.shape[-1]
+        # query head j reads kv head j // group: (b, kvh, group, d) x (b, kvh, d, length),
+        # each cached key and value read once (no per-query-head repeat)
+        q = qk[:, :nh].reshape(b, kvh, nh // kvh, d)
+        scores = torch.matmul(q, k_cache[:, :, :length].transpose(-1, -2))
+        scores = scores.masked_fill(masked, float("-inf"))
+        probs = torch.softmax(scores, dim=-1)
+        out = torch.matmul(probs, v_cache[:, :, :length]).reshape(b, nh * d)
+        x = torch.addmm(x, out, o_w.t())
+        gate, up = F.linear(F.rms_norm(x, (x.shape[-1],), ln2, self.eps), gate_up_w).chunk(2, -1)
+        return torch.addmm(x, F.silu(gate) * up, down_w.t())
+
+    def _step(self, length: int) -> Any:
+        """Logits (rows x vocab) for ``self.tok`` at ``self.pos``, writing column ``self.col``.
+
+        Attends over the first ``length`` cache columns (those past ``col`` are masked).
+        """
+        import torch.nn.functional as F
+
+        x = self.inner.embed_tokens(self.tok)
+        cos, sin = self.inner.rotary_emb(x[:, None, :], self.pos[:, None])
+        sin = sin * self.rotate_sign
+        keep = self.valid[:, :length] & (self.columns[:length] <= self.col)
+        masked = ~keep[:, None, None, :]
+        for i, w in enumerate(self.layers):
+            weights = (w.qkv, w.qkv_bias, w.o, w.gate_up, w.down, w.ln1, w.ln2)
+            x = self._layer_fn(
+                x, weights, self.k_cache[i], self.v_cache[i], self.col, cos, sin, masked
+            )
+        x = F.rms_norm(x, (x.shape[-1],), self.inner.norm.weight, self.eps)
+        return F.linear(x, self.lm_head)
+
+    def _run_step(self, length: int) -> Any:
+        """The step's logits: a replayed CUDA graph (captured on first use) or eager."""
+        import torch
+
+        if not self.graphs:
+            return self._step_fn(length)
+        entry = self._graphs.get(length)
+        if entry is None:
+            side = torch.cuda.Stream()
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):  # warm-up: compiled kernels, cuBLAS workspaces
+                for _ in range(2):
+                    self._step_fn(length)
+            torch.cuda.current_stream().wait_stream(side)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph, pool=self._pool):
+                out = self._step_fn(length)
+            entry = self._graphs[length] = (graph, out)
+        entry[0].replay()
+        return entry[1]
+
+    # -- prefill and the decode loop ------------------------------------------------------
+
+    def _prefill(self, ids: Any, mask: Any) -> Any:
+        """Last-position logits of the prompts; their keys/values land in the cache."""
+        import torch
+        from transformers import DynamicCache
+
+        n, width = ids.shape
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        logits = []
+        for start in range(0, n, self.prefill_rows):
+            rows = slice(start, min(n, start + self.prefill_rows))
+            cache = DynamicCache(config=self.model.config)
+            out = self.model(
+                input_ids=ids[rows],
+                attention_mask=mask[rows],
+                position_ids=positions[rows],
+                past_key_values=cache,
+                use_cache=True,
+                logits_to_keep=1,
+            )
+            logits.append(out.logits[:, -1, :])
+            for i, layer in enumerate(cache.layers):
+                self.k_cache[i, rows, :, :width] = layer.keys
+                self.v_cache[i, rows, :, :width] = layer.values
+        self.valid.fill_(True)
+        self.valid[:n, :width] = mask.bool()
+        self.pos[:n] = positions[:, -1] + 1
+        self.col.fill_(width)
+        return torch.cat(logits)
+
+    def generate(
+        self,
+        ids: Any,
+        mask: Any,
+        *,
+        max_new_tokens: int,
+        pick: Callable[[Any], tuple[Any, Any]],
+        done: Callable[[Any], bool] | None = None,
+        check_every: int = 32,
+    ) -> tuple[Any, Any]:
+        """New tokens (rows x steps) and their logprobs (or None) after left-padded prompts.
+
+        ``pick(logits) -> (tokens, logprobs or None)`` chooses each step's tokens;
+        ``done(tokens so far)`` (every ``check_every`` steps) ends the batch early.
+        """
+        import time
+
+        import torch
+
+        n, width = ids.shape
+        if n > self.batch_size or width + max_new_tokens > self.capacity:
+            raise ValueError(
+                f"GraphDecoder holds {self.batch_size} rows x {self.capacity} positions; "
+                f"asked for {n} x {width + max_new_tokens}"
+            )
+        sync = torch.cuda.synchronize if self.device.type == "cuda" else (lambda: None)
+        start = time.perf_counter()
+        self.refresh_weights()
+        logits = self._prefill(ids, mask)
+        if n < self.batch_size:  # fixed-size graphs: spare rows decode from a copy of row 0
+            pad = logits[:1].expand(self.batch_size - n, -1)
+            logits = torch.cat([logits, pad])
+            self.k_cache[:, n:] = self.k_cache[:, :1]
+            self.v_cache[:, n:] = self.v_cache[:, :1]
+            self.valid[n:] = self.valid[:1]
+            self.pos[n:] = self.pos[:1]
+        sync()
+        prefill_s = time.perf_counter() - start
+        tokens = torch.empty(
+            (self.batch_size, max_new_tokens), dtype=torch.long, device=self.device
+        )
+        logps: Any = None
+        captured = len(self._graphs)
+        steps = 0
+        for step in range(max_new_tokens):
+            chosen, chosen_lp = pick(logits)
+            tokens[:, step] = chosen
+            if chosen_lp is not None:
+                if logps is None:
+                    logps = torch.empty(tokens.shape, dtype=torch.float32, device=self.device)
+                logps[:, step] = chosen_lp
+            steps = step + 1
+            if step == max_new_tokens - 1:
+                break
+            if done is not None and steps % check_every == 0 and done(tokens[:n, :steps]):
+                break
+            self.tok.copy_(chosen)
+            length = min(self.capacity, -(-(int(width) + step + 1) // self.bucket) * self.bucket)
+            logits = self._run_step(length)
+            self.pos.add_(1)
+            self.col.add_(1)
+        sync()
+        self.last_timings = DecodeTimings(
+            prefill_s=prefill_s,
+            decode_s=time.perf_counter() - start - prefill_s,
+            steps=steps,
+            graphs_captured=len(self._graphs) - captured,
+        )
+        lp = logps[:n, :steps] if logps is not None else None
+        return tokens[:n, :steps], lp
+
+
+def decoder_for(
+    cache: dict[tuple[int, int], GraphDecoder],
+    model: Any,
+    batch_size: int,
+    length: int,
+    *,
+    bucket: int = 128,
+    **kwargs: Any,
+) -> GraphDecoder:
+    """A decoder of at least ``batch_size`` x ``length`` from ``cache`` (one is kept)."""
+    capacity = -(-length // bucket) * bucket
+    for (b, c), dec in cache.items():
+        if b == batch_size and c >= capacity:
+            return dec
+    cache.clear()  # the old buffers (and graphs) go before the new ones are allocated
+    dec = GraphDecoder(model, batch_size, capacity, bucket=bucket, **kwargs)
+    cache[(batch_size, capacity)] = dec
+    return dec
