@@ -15,6 +15,7 @@ BENCHMARKS = (
     "bench.admissible_commands",
     "bench.policy_designs",
     "bench.generation",
+    "bench.gpu_decode",  # CUDA only: elsewhere it leaves the committed GPU results alone
     "bench.stages",
 )
 

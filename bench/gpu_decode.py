@@ -1,0 +1,248 @@
+"""GPU decode throughput at batch 256: transformers ``generate`` vs our graph decode path.
+
+``python -m bench.gpu_decode`` writes bench/results/gpu_decode.json (``BENCH_GPU_OUT`` to
+write elsewhere). Without CUDA it prints why and leaves the committed results alone.
+
+Model: SmolLM2-135M in bfloat16 (30 layers, 9 query / 3 key-value heads of 64). The
+converted packaged weights are used when present (``models/base/smollm2-135m-instruct``,
+made by the gpu profile); otherwise the same architecture with random weights: the device
+machines here are reached through a 64 MiB transfer and have no network, and a decode
+step's cost does not depend on the weight values because every row decodes exactly
+``NEW_TOKENS`` tokens (eos ignored, no stop strings).
+
+Prompts: random token ids, every row the same length (no padding), for each prompt
+length in ``PROMPT_LENS``; ``BATCH`` rows decoded together. Backends, measured one after
+the other in one process on the same prompts:
+
+- ``hf_generate``: plain ``model.generate`` (greedy, dynamic cache, SDPA attention), all
+  rows in one call: the baseline.
+- ``graph``: ``components.lm.graph_decode.GraphDecoder`` (the Generator's CUDA default),
+  its eager decode step captured once per attended length as a CUDA graph.
+- ``graph_compiled``: the same step through ``torch.compile`` before capture.
+
+Per backend: prefill and decode seconds (CUDA-synchronised wall clock, after one warm-up
+call that also captures the graphs), decode step ms, tokens/s over the whole call and
+over decoding alone, and the memory-bandwidth roofline fraction of a decode step:
+``(weights + KV cache read at the mean context, prompt + NEW_TOKENS / 2) / step time /
+the GPU's peak bandwidth`` (``bench.generation.decode_bytes_per_step``). Greedy agreement
+of the graph path with ``generate`` is checked in float32 on a few rows.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+RESULTS = Path(os.environ.get("BENCH_GPU_OUT", "bench/results")) / "gpu_decode.json"
+BATCH = int(os.environ.get("BENCH_GPU_BATCH", "256"))
+NEW_TOKENS = int(os.environ.get("BENCH_GPU_NEW", "256"))
+PROMPT_LENS = tuple(
+    int(x) for x in os.environ.get("BENCH_GPU_PROMPTS", "512,1024,2048,3072,4096").split(",")
+)
+SMOLLM2_DIR = Path("models/base/smollm2-135m-instruct")
+# SmolLM2-135M(-Instruct)'s config.json, the fields that shape the computation
+SMOLLM2_135M = {
+    "vocab_size": 49152,
+    "hidden_size": 576,
+    "intermediate_size": 1536,
+    "num_hidden_layers": 30,
+    "num_attention_heads": 9,
+    "num_key_value_heads": 3,
+    "max_position_embeddings": 8192,
+    "rms_norm_eps": 1e-5,
+    "rope_theta": 100000.0,
+    "tie_word_embeddings": True,
+    "hidden_act": "silu",
+}
+
+
+def build_model(device: str, dtype: Any) -> tuple[Any, dict[str, Any]]:
+    """SmolLM2-135M: the converted packaged weights if present, else random weights."""
+    import torch
+    from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM
+
+    if (SMOLLM2_DIR / "config.json").exists():
+        model = AutoModelForCausalLM.from_pretrained(SMOLLM2_DIR, dtype=dtype)
+        info = {"weights": f"packaged SmolLM2-135M-Instruct ({SMOLLM2_DIR})"}
+    else:
+        torch.manual_seed(0)
+        cfg = LlamaConfig(**SMOLLM2_135M, attn_implementation="sdpa")
+        model = LlamaForCausalLM(cfg).to(dtype)
+        info = {"weights": "random init from the SmolLM2-135M config (cost is the same)"}
+    model = model.to(device).eval()
+    info |= {
+        "architecture": "SmolLM2-135M",
+        "n_parameters": sum(p.numel() for p in model.parameters()),
+        "dtype": str(dtype).removeprefix("torch."),
+        "attn_implementation": model.config._attn_implementation,
+    }
+    return model, info
+
+
+def _sync() -> None:
+    import torch
+
+    torch.cuda.synchronize()
+
+
+def run_hf(model: Any, ids: Any, new: int) -> tuple[float, float, Any]:
+    """(prefill s, decode s, new tokens) of ``model.generate`` on the whole batch."""
+    kw = {"do_sample": False, "pad_token_id": 0, "eos_token_id": None}
+    mask = ids.new_ones(ids.shape)
+    _sync()
+    start = time.perf_counter()
+    model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=1, min_new_tokens=1, **kw)
+    _sync()
+    prefill = time.perf_counter() - start
+    start = time.perf_counter()
+    out = model.generate(
+        input_ids=ids, attention_mask=mask, max_new_tokens=new, min_new_tokens=new, **kw
+    )
+    _sync()
+    total = time.perf_counter() - start
+    return prefill, max(total - prefill, 1e-9), out[:, ids.shape[1] :]
+
+
+def run_graph(dec: Any, ids: Any, new: int) -> tuple[float, float, Any]:
+    """(prefill s, decode s, new tokens) of the graph decoder (greedy)."""
+    import torch
+
+    def greedy(logits: Any) -> tuple[Any, None]:
+        return torch.argmax(logits, dim=-1), None
+
+    with torch.inference_mode():
+        tokens, _ = dec.generate(ids, ids.new_ones(ids.shape), max_new_tokens=new, pick=greedy)
+    t = dec.last_timings
+    return t.prefill_s, t.decode_s, tokens
+
+
+def entry(
+    model: Any, prefill: float, decode: float, n_rows: int, width: int, new: int, peak: float
+) -> dict[str, Any]:
+    """Throughput and roofline figures of one measured call."""
+    from bench.generation import decode_bytes_per_step, roofline_fraction
+
+    step_s = decode / (new - 1)  # the first token comes from the prefill
+    step_bytes = decode_bytes_per_step(model, n_rows, width + new / 2)
+    return {
+        "prefill_s": round(prefill, 4),
+        "decode_s": round(decode, 4),
+        "decode_step_ms": round(step_s * 1000, 4),
+        "tokens_per_s": round(n_rows * new / (prefill + decode), 1),
+        "decode_tokens_per_s": round(n_rows * (new - 1) / decode, 1),
+        "decode_bytes_per_step": int(step_bytes),
+        "achieved_gb_per_s": round(step_bytes / step_s / 1e9, 1),
+        "roofline_fraction": round(roofline_fraction(step_bytes, step_s, peak), 4),
+    }
+
+
+def agreement(model: Any, n_rows: int = 8, width: int = 256, new: int = 32) -> dict[str, Any]:
+    """float32: do the graph path and ``generate`` pick the same greedy tokens?"""
+    import copy
+
+    import torch
+
+    from components.lm.graph_decode import GraphDecoder
+
+    m32 = copy.deepcopy(model).float()
+    ids = torch.randint(0, m32.config.vocab_size, (n_rows, width), device="cuda")
+    _, _, ref = run_hf(m32, ids, new)
+    dec = GraphDecoder(m32, n_rows, width + new, bucket=64)
+    _, _, ours = run_graph(dec, ids, new)
+    same = (ref == ours).all(dim=1)
+    return {"rows": n_rows, "new_tokens": new, "identical_rows": int(same.sum())}
+
+
+def main() -> dict[str, Any] | None:
+    """Run the GPU decode benchmark; writes gpu_decode.json (CUDA only)."""
+    import torch
+
+    from bench.generation import peak_bandwidth
+    from components.lm.graph_decode import GraphDecoder
+
+    if not torch.cuda.is_available():
+        print(f"no CUDA device: {RESULTS} left as it is (run this on a GPU machine)")
+        return None
+    name = torch.cuda.get_device_name(0)
+    peak = peak_bandwidth(name)
+    if peak is None:
+        raise SystemExit(f"unknown peak bandwidth for {name!r}: add it to PEAK_BANDWIDTH")
+    model, info = build_model("cuda", torch.bfloat16)
+    result: dict[str, Any] = {
+        "device": {
+            "name": name,
+            "peak_bandwidth_bytes_per_s": peak,
+            "torch": torch.__version__,
+            "cuda": torch.version.cuda,
+        },
+        "model": info,
+        "batch": BATCH,
+        "new_tokens": NEW_TOKENS,
+        "prompt_lens": list(PROMPT_LENS),
+        "by_prompt_len": {},
+        "errors": {},
+    }
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+
+    def save() -> None:
+        tmp = RESULTS.with_suffix(".tmp")
+        tmp.write_text(json.dumps(result, indent=2) + "\n")
+        tmp.replace(RESULTS)
+
+    try:
+        result["greedy_agreement_fp32"] = agreement(model)
+    except Exception as err:  # report, keep measuring
+        result["errors"]["agreement"] = repr(err)
+    save()
+    width_max = max(PROMPT_LENS)
+    prompts = {}
+    for width in PROMPT_LENS:
+        gen = torch.Generator(device="cuda").manual_seed(width)
+        vocab = model.config.vocab_size
+        prompts[width] = torch.randint(0, vocab, (BATCH, width), device="cuda", generator=gen)
+    # pass 1: the baseline and the eager graph path; pass 2: the compiled step (its
+    # compilation comes last, so a slow compile cannot cost the other figures)
+    decoders: dict[str, Any] = {}
+    for label in ("hf_generate", "graph", "graph_compiled"):
+        for width in PROMPT_LENS:
+            ids = prompts[width]
+            row = result["by_prompt_len"].setdefault(str(width), {})
+            try:
+                if label == "hf_generate":
+                    with torch.inference_mode():
+                        run_hf(model, ids[:, :64], 4)  # warm-up
+                        pre, dec, _ = run_hf(model, ids, NEW_TOKENS)
+                else:
+                    if label not in decoders:
+                        decoders.clear()  # one decoder's cache at a time
+                        decoders[label] = GraphDecoder(
+                            model,
+                            BATCH,
+                            width_max + NEW_TOKENS,
+                            compile=label == "graph_compiled",
+                        )
+                    started = time.perf_counter()
+                    run_graph(decoders[label], ids, NEW_TOKENS)  # warm-up: captures graphs
+                    row.setdefault("warmup_s", {})[label] = round(time.perf_counter() - started, 1)
+                    pre, dec, _ = run_graph(decoders[label], ids, NEW_TOKENS)
+                row[label] = entry(model, pre, dec, BATCH, width, NEW_TOKENS, peak)
+                if label != "hf_generate" and "hf_generate" in row:
+                    row[label]["speedup_vs_hf_generate"] = round(
+                        row[label]["tokens_per_s"] / row["hf_generate"]["tokens_per_s"], 2
+                    )
+                print(f"P={width} {label} {row[label]}", flush=True)
+            except Exception as err:  # one backend failing must not lose the others
+                result["errors"][f"{label}@{width}"] = repr(err)[:500]
+                print(f"P={width} {label} failed: {err!r}"[:500], flush=True)
+            save()
+    result["memory_peak_gb"] = round(torch.cuda.max_memory_allocated() / 1e9, 2)
+    save()
+    print(json.dumps(result, indent=2))
+    return result
+
+
+if __name__ == "__main__":
+    main()
