@@ -51,8 +51,15 @@ from components.schema import Task
 ENV_NAME = "scienceworld"
 SCORE = "score"  # extra info key: ScienceWorld's task score in [-100, 100]
 
-# every identity hash = 1: hash sets iterate in insertion order, so runs are replayable
-JVM_OPTIONS = ("-XX:+UnlockExperimentalVMOptions", "-XX:hashCode=2")
+# every identity hash = 1: hash sets iterate in insertion order, so runs are replayable.
+# A capped heap and the serial collector: the default heap (1/4 of RAM per JVM) let 48
+# parallel JVMs fill 24 GiB; capped they use ~300 MB each and step ~3x faster (measured).
+JVM_OPTIONS = (
+    "-XX:+UnlockExperimentalVMOptions",
+    "-XX:hashCode=2",
+    "-Xmx256m",
+    "-XX:+UseSerialGC",
+)
 INITIAL_ACTION = "look around"  # what ScienceWorld's own reset plays first
 ALWAYS_ADMISSIBLE = ("look around", "inventory", "wait1")
 UNKNOWN_ACTION = "No known action matches that input."
