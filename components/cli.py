@@ -289,6 +289,28 @@ EXTERNAL = (
     ),
 )
 
+TRANSFER = (
+    Param(
+        "source",
+        Annotated[
+            Path,
+            typer.Option(
+                help="the source env's project root (its models/policy/dreamgym_<algo>/seed-<s>, "
+                "data/tasks, metrics/table1.json)"
+            ),
+        ],
+    ),
+    ALGO,
+    Param(
+        "out",
+        Annotated[
+            Path | None,
+            typer.Option(help="the JSON to update (default: <root>/metrics/transfer.json)"),
+        ],
+        None,
+    ),
+)
+
 # in the order of `dreamgym --help` (dvc.yaml's order but for evaluate-policy/-random/-external)
 STAGES: tuple[Stage, ...] = (
     Stage(
@@ -378,6 +400,13 @@ STAGES: tuple[Stage, ...] = (
         "Any trained policy and the random baseline on your own games (--games) or task\n"
         "list (--tasks) -> --out/success.json and success.md (95% CIs), logged to MLflow.",
         EXTERNAL,
+    ),
+    Stage(
+        "transfer",
+        "transfer:transfer",
+        "Cross-env transfer: another env's DreamGym policy (--source: that env's project) on\n"
+        "this env's test tasks zero-shot and after S2R here -> metrics/transfer.json.",
+        TRANSFER,
     ),
     Stage(
         "table1",

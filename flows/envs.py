@@ -16,6 +16,11 @@ stage in dependency order, retries for simulator/API stages, the ``accelerator``
 training stages (a Prefect concurrency limit on that tag serialises the GPU work of every
 env), all under one MLflow parent run in the workspace's own ``mlflow.db``.
 
+Table 1: as soon as an env pipeline that ran the ``table1`` stage has succeeded, the flow
+(in its own process, one env at a time) merges that env's rows from the workspace's
+``metrics/table1.json`` into the project's, keeping the other envs' rows
+(``components.agent.table1.merge_env_rows``), and rewrites ``metrics/table1.md``.
+
 Seeds are not fanned out here: a stage trains or evaluates every seed itself, in
 ``agent.workers`` processes (components/stages/parallel.py), and writes one DVC output
 per method for all of them (every seed's policy, one history, one metrics file); two
@@ -25,6 +30,7 @@ seeds of one stage cannot be two ``dvc repro`` runs without per-seed stages in d
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import socket
 from pathlib import Path
@@ -32,7 +38,7 @@ from typing import Any
 
 import yaml
 from prefect import flow, get_run_logger, task
-from prefect.futures import wait
+from prefect.futures import as_completed
 from prefect.task_runners import ThreadPoolTaskRunner
 
 from components.config import PARAMS_FILE, TASK_RUNNERS, OrchestrationConfig, load_config
@@ -42,6 +48,7 @@ from flows.stages import stage_order
 from flows.workspaces import prepare_workspace, uncommitted_code
 
 ENV_KEY = "env.name"
+TABLE1_JSON = Path("metrics") / "table1.json"  # every env's rows: the table1 stage's output
 
 
 def make_task_runner(orch: OrchestrationConfig, name: str | None = None) -> Any:
@@ -78,25 +85,74 @@ def env_pipeline(
     return {"env": env, "workspace": workspace, "stages": ran, "worker": where}
 
 
+def _read_table(path: Path) -> dict[str, Any] | None:
+    """A table1.json (None if absent); a one-line ``ValueError`` if it is not a JSON object."""
+    if not path.exists():
+        return None
+    try:
+        table = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as err:
+        raise ValueError(f"{path}: not valid JSON ({err}); fix or delete it") from None
+    if not isinstance(table, dict):
+        raise ValueError(f"{path}: not a JSON object; fix or delete it")
+    return table
+
+
+@task(name="merge-table1", task_run_name="{env}")
+def merge_table1(env: str, workspace: str, root: str) -> bool:
+    """Copy ``env``'s Table-1 rows from its workspace's metrics/table1.json into the project's
+    (the other envs' rows kept) and refresh metrics/table1.md; False (a warning, nothing
+    written) when the workspace has no rows for ``env``."""
+    from components.agent.table1 import markdown, merge_env_rows
+    from components.io import atomic_write_text
+
+    source = Path(workspace) / TABLE1_JSON
+    target = Path(root) / TABLE1_JSON
+    found = _read_table(source)
+    if found is None or not isinstance(found.get(env), dict):
+        why = "missing" if found is None else f"has no rows for {env}"
+        get_run_logger().warning("%s %s: the project's Table 1 is left as it is", source, why)
+        return False
+    table = merge_env_rows(_read_table(target) or {}, found, env)
+    atomic_write_text(target, json.dumps(table, indent=2, sort_keys=True) + "\n")
+    atomic_write_text(target.with_suffix(".md"), markdown(table))
+    get_run_logger().info("env %s: its Table 1 rows are now in %s", env, target)
+    return True
+
+
 @flow(name="envs-fan-out")
 def run_envs(
-    workspaces: dict[str, str], stages: list[str] | None, force: bool, promote: bool
+    workspaces: dict[str, str],
+    stages: list[str] | None,
+    force: bool,
+    promote: bool,
+    root: str | None = None,
 ) -> dict[str, dict[str, Any]]:
-    """Submit every env pipeline to this flow's task runner; wait for all of them."""
+    """Submit every env pipeline to this flow's task runner; wait for all of them. With
+    ``root``, each successful env pipeline that ran the table1 stage has its Table-1 rows
+    merged into ``root``'s metrics/table1.json, one env after the other in this process."""
     futures = {
         env: env_pipeline.submit(env, ws, stages, force, promote) for env, ws in workspaces.items()
     }
-    wait(list(futures.values()))  # one env failing does not abandon the others mid-stage
-    results: dict[str, dict[str, Any]] = {}
+    env_of = {id(future): env for env, future in futures.items()}
+    done: dict[str, dict[str, Any]] = {}
     failed: list[str] = []
-    for env, future in futures.items():
+    # every env pipeline is awaited: one env failing does not abandon the others mid-stage
+    for future in as_completed(list(futures.values())):
+        env = env_of[id(future)]
         try:
-            results[env] = future.result()
+            done[env] = result = future.result()
         except Exception as err:
             failed.append(f"{env}: {str(err).strip().splitlines()[-1] if str(err) else err!r}")
+            continue
+        if root is not None and TABLE1_STAGE in result["stages"]:
+            try:  # as soon as this env is done, not after the slowest one
+                merge_table1(env, result["workspace"], root)
+            except Exception as err:  # e.g. the project's table1.json is not valid JSON
+                failed.append(f"{env}: merging Table 1: {err}")
     if failed:
         raise RuntimeError(f"env pipelines failed ({'; '.join(failed)})")
-    return results
+    return {env: done[env] for env in futures}
 
 
 @flow(name="envs", log_prints=True)
@@ -137,7 +193,9 @@ def envs_pipeline(
         logger.info("env %s: workspace %s", env, ws)
     logger.info("task runner: %s", task_runner or orch.task_runner)
     with _api_for_workers():
-        return run_envs.with_options(task_runner=runner)(workspaces, stages, force, promote)
+        return run_envs.with_options(task_runner=runner)(
+            workspaces, stages, force, promote, str(root_path)
+        )
 
 
 def _api_for_workers() -> Any:

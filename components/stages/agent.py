@@ -29,6 +29,7 @@ from components.artifacts import (
     episodes_file,
     eval_file,
     policy_dir,
+    seed_dir,
 )
 from components.config import Config, Paths
 from components.schema import Trajectory, read_jsonl
@@ -209,11 +210,19 @@ def training_real_steps(paths: Paths, method: str) -> float | None:
     return None  # unknown: never invented
 
 
-def eval_job(cfg: Config, paths: Paths, method: str, seed: int, mode: str) -> list[dict[str, Any]]:
+def eval_job(
+    cfg: Config,
+    paths: Paths,
+    method: str,
+    seed: int,
+    mode: str,
+    method_dir: Path | None = None,
+) -> list[dict[str, Any]]:
     """Worker: one seed's policy (or the random baseline) on every test task, one mode.
 
     Sampled: ``agent.eval.passes`` passes, pass p with sampling and env seed
     ``seed + PASS_SEED_STRIDE * p`` (pass 0: the seed itself); greedy: one pass.
+    ``method_dir``: the policy's seed folders live there (default models/policy/<method>).
     """
     import torch
 
@@ -231,7 +240,7 @@ def eval_job(cfg: Config, paths: Paths, method: str, seed: int, mode: str) -> li
     e = cfg.agent.eval
     loaded = None
     if method != RANDOM:  # an LM policy may decode on a server (serving.policy_backend)
-        where = policy_dir(paths, method, seed)
+        where = seed_dir(method_dir, seed) if method_dir else policy_dir(paths, method, seed)
         loaded = load_policy(where, cfg.agent, serving=cfg.serving, root=paths.root)
     rows: list[dict[str, Any]] = []
     for p in range(e.passes if mode == "sampled" else 1):

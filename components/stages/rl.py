@@ -151,8 +151,20 @@ def _resume_point(out_dir: Path, algo_cfg: RLAlgoConfig, extra: dict[str, Any]) 
     return int(state["iteration"]), int(state["real_steps"])
 
 
-def rl_seed(cfg: Config, paths: Paths, algo: str, kind: str, seed: int) -> dict[str, Any]:
-    """Worker: one seed's RL run of ``kind`` (real, dreamgym, s2r); its results."""
+def rl_seed(
+    cfg: Config,
+    paths: Paths,
+    algo: str,
+    kind: str,
+    seed: int,
+    init_dir: Path | None = None,
+    method: str | None = None,
+) -> dict[str, Any]:
+    """Worker: one seed's RL run of ``kind`` (real, dreamgym, s2r); its results.
+
+    ``init_dir`` / ``method``: start from another policy folder and publish under another
+    method name (cross-env transfer: another env's DreamGym policy continued with S2R here).
+    """
     from components.agent.loading import load_policy, publish_dir
     from components.agent.train import HISTORY_FILE, POLICY_DIR, train_rl
     from components.curriculum.sampling import VarianceTaskSampler
@@ -160,10 +172,14 @@ def rl_seed(cfg: Config, paths: Paths, algo: str, kind: str, seed: int) -> dict[
     from components.tracking import dvc_md5
 
     start = time.perf_counter()
-    method = method_of(kind, algo)
+    transfer = init_dir is not None
+    method = method or method_of(kind, algo)
     init = dreamgym_method(algo) if kind == S2R else SFT
     algo_cfg = algo_config(cfg, algo, kind, seed)
-    init_dir = policy_dir(paths, init, seed)
+    if init_dir is None:
+        init_dir = policy_dir(paths, init, seed)
+    else:
+        init = str(init_dir)
     out_dir = policy_checkpoint_dir(paths, method, seed)
     tasks = _train_tasks(paths)
     fingerprint: dict[str, Any] = {
@@ -211,7 +227,9 @@ def rl_seed(cfg: Config, paths: Paths, algo: str, kind: str, seed: int) -> dict[
         _, used = _resume_point(out_dir, algo_cfg, fingerprint)
         env = CappedEnvList(env_factory(cfg.env, paths.root), budget=cap - used)
         extra = {"real_step_cap": cap, "reference_real_steps": reference}
-        if cfg.rl.s2r_task_prior == "synthetic" and isinstance(source, VarianceTaskSampler):
+        # the task prior comes from this env's DreamGym run: not what a transferred policy saw
+        prior = cfg.rl.s2r_task_prior == "synthetic" and not transfer
+        if prior and isinstance(source, VarianceTaskSampler):
             fingerprint["task_prior"] = cfg.rl.s2r_task_prior
             extra["prior_tasks"] = synthetic_prior(source, synthetic_file(paths, algo), seed)
     else:

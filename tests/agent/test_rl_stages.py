@@ -332,3 +332,50 @@ def test_a_partial_score_is_a_reward_but_not_a_win(magic_policy) -> None:
     live = start_episode(task, 0, _PartialScoreEnv(max_steps=1))
     record = apply_answer(live, type("A", (), {"action": "please", "malformed": False})())
     assert record is not None and not record.success
+
+
+@pytest.mark.integration
+def test_transfer_evaluates_zero_shot_and_after_capped_s2r(project, grpo_real, dreamgym_grpo):
+    from components.stages.agent import evaluate_policy
+    from components.stages.transfer import transfer
+
+    cfg, paths = project
+    for method in ("random", "dreamgym_grpo"):  # the in-domain rows it is paired with
+        evaluate_policy(cfg, paths, method)
+    out = paths.root / "transfer.json"
+    out.write_text(json.dumps({"scienceworld->textworld": {"kept": True}}))
+    result = transfer(cfg, paths, paths.root, "grpo", out)
+    saved = json.loads(out.read_text())
+    assert saved["scienceworld->textworld"] == {"kept": True}  # other directions stay
+    entry = saved["textworld->textworld"]
+    assert entry == json.loads(json.dumps(result["textworld->textworld"]))
+    zero, s2r = entry["zero_shot"], entry["s2r"]
+    rows = (paths.data / "transfer" / "textworld-textworld" / "zero_shot.jsonl").read_text()
+    assert zero["episodes"] == len(rows.splitlines()) > 0
+    assert {"vs_random", "vs_in_domain_dreamgym"} <= set(zero)
+    # the same policy on the same tasks and seeds as its in-domain evaluation: no difference
+    assert zero["vs_in_domain_dreamgym"]["diff"] == 0.0
+    assert entry["in_domain"]["dreamgym_grpo"]["success"] == zero["success"]
+    cap = math.floor(cfg.rl.s2r_real_fraction * grpo_real["real_steps"])
+    trained = entry["s2r_training"]["per_seed"]["0"]
+    assert 0 < trained["real_steps"] <= cap and trained["optimizer_updates"] > 0
+    assert s2r["episodes"] == zero["episodes"]
+    meta = json.loads(
+        (
+            paths.root / "models/policy/transfer_s2r_grpo_from_textworld/seed-0/policy.json"
+        ).read_text()
+    )
+    assert meta["init"].endswith("models/policy/dreamgym_grpo/seed-0")
+    assert entry["_provenance"]["source_project"] == str(paths.root)
+    out.write_text("{not json")
+    with pytest.raises(ValueError, match="not valid JSON"):
+        transfer(cfg, paths, paths.root, "grpo", out)
+    assert out.read_text() == "{not json"
+
+
+def test_transfer_needs_the_source_policies(tmp_path: Path) -> None:
+    from components.stages.transfer import transfer
+
+    cfg = load_config(ROOT / "params.yaml", profile="ci")
+    with pytest.raises(FileNotFoundError, match=r"is .* a project"):
+        transfer(cfg, Paths(tmp_path / "target"), tmp_path / "nothing", "grpo")

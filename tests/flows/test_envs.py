@@ -30,6 +30,15 @@ time.sleep(3)
 os.makedirs("out", exist_ok=True)
 json.dump({"env": env, "start": start, "end": time.time()}, open("out/hello.json", "w"))
 """
+TABLE = """\
+import json, os, yaml
+env = yaml.safe_load(open("params.yaml"))["env"]["name"]
+row = {"success": 0.5, "ci_low": 0.25, "ci_high": 0.75, "episodes": 4, "seeds": 1,
+       "real_steps": None}
+os.makedirs("metrics", exist_ok=True)
+json.dump({env: {"sft": row}, "_provenance": {"env": env}, "_headline": "sampled"},
+          open("metrics/table1.json", "w"))
+"""
 TOY_DVC = {
     "stages": {
         "hello": {
@@ -43,6 +52,11 @@ TOY_DVC = {
             "open('out/twice.txt', 'w').write(d['env'] * 2)\"",
             "deps": ["out/hello.json"],
             "outs": ["out/twice.txt"],
+        },
+        "table1": {  # each workspace's rows: the flow merges them into the project's
+            "cmd": "python table.py",
+            "deps": ["table.py", "out/twice.txt"],
+            "outs": [{"metrics/table1.json": {"cache": False}}],
         },
     }
 }
@@ -64,6 +78,7 @@ def toy_project(tmp_path: Path) -> Path:
     (root / "params.yaml").write_text("# toy project\n" + yaml.safe_dump(params, sort_keys=False))
     (root / "dvc.yaml").write_text(yaml.safe_dump(TOY_DVC, sort_keys=False))
     (root / "stamp.py").write_text(STAMP)
+    (root / "table.py").write_text(TABLE)
     (root / ".gitignore").write_text("/.workspaces/\n/mlflow.db\n/mlruns/\n")
     _git(root, "init", "-q")
     _git(root, "config", "user.email", "test@example.com")
@@ -133,6 +148,44 @@ def test_the_task_runner_switch():
         assert load_config(ROOT / "params.yaml", profile).orchestration.task_runner == "sequential"
 
 
+def test_merge_table1_copies_the_envs_rows_into_the_project(tmp_path: Path):
+    from prefect.logging import disable_run_logger
+
+    from flows.envs import merge_table1
+
+    root, ws = tmp_path / "project", tmp_path / "ws"
+    (root / "metrics").mkdir(parents=True)
+    (ws / "metrics").mkdir(parents=True)
+    row = {"success": 0.5, "ci_low": 0.25, "ci_high": 0.75, "episodes": 4, "seeds": 1}
+    project = {"miniwob": {"sft": {**row, "real_steps": 7}}, "_provenance": {"env": "miniwob"}}
+    target, md = root / "metrics" / "table1.json", root / "metrics" / "table1.md"
+    target.write_text(json.dumps(project))
+    with disable_run_logger():
+        # no workspace table, or none of this env's rows: the project's file is left alone
+        assert merge_table1.fn("textworld", str(ws), str(root)) is False
+        (ws / "metrics" / "table1.json").write_text(json.dumps({"scienceworld": {}}))
+        assert merge_table1.fn("textworld", str(ws), str(root)) is False
+        assert json.loads(target.read_text()) == project and not md.exists()
+
+        fresh = {"textworld": {"sft": {**row, "real_steps": None}}, "_provenance": {"env": "tw"}}
+        (ws / "metrics" / "table1.json").write_text(json.dumps({**project, **fresh}))
+        assert merge_table1.fn("textworld", str(ws), str(root)) is True
+        merged = json.loads(target.read_text())
+        assert merged["textworld"] == fresh["textworld"] and merged["miniwob"] == project["miniwob"]
+        assert merged["_provenance_by_env"] == {
+            "miniwob": {"env": "miniwob"},
+            "textworld": {"env": "tw"},
+        }
+        assert "### miniwob" in md.read_text() and "### textworld" in md.read_text()
+        names = sorted(p.name for p in (root / "metrics").iterdir())
+        assert names == ["table1.json", "table1.md"]  # no temporary file left
+
+        target.write_text("{not json")
+        with pytest.raises(ValueError, match=r"table1\.json: not valid JSON .*fix or delete it"):
+            merge_table1.fn("textworld", str(ws), str(root))
+        assert target.read_text() == "{not json"
+
+
 # -- one real run ---------------------------------------------------------------------------
 
 
@@ -146,12 +199,18 @@ def test_env_pipelines_run_in_parallel_on_dask_in_their_own_workspaces(
     with pytest.raises(ValueError, match="unknown stages"):
         envs_pipeline(root=str(toy_project), stages=["nope"])
 
+    # the project's Table 1 already holds another env's rows: they must survive the merges
+    other = {"miniwob": {"sft": None}, "_provenance": {"env": "miniwob"}}
+    (toy_project / "metrics").mkdir()
+    (toy_project / "metrics" / "table1.json").write_text(json.dumps(other))
+
     results = envs_pipeline(root=str(toy_project), promote=False)  # params: dask, both envs
     assert sorted(results) == sorted(ENVS)
     stamps = {}
     for env, result in results.items():
         ws = Path(result["workspace"])
-        assert ws == toy_project / ".workspaces" / env and result["stages"] == ["hello", "twice"]
+        assert ws == toy_project / ".workspaces" / env
+        assert result["stages"] == ["hello", "twice", "table1"]
         stamps[env] = json.loads((ws / "out" / "hello.json").read_text())
         assert stamps[env]["env"] == env and (ws / "out" / "twice.txt").read_text() == env * 2
         assert "hello" in yaml.safe_load((ws / "dvc.lock").read_text())["stages"]
@@ -161,7 +220,15 @@ def test_env_pipelines_run_in_parallel_on_dask_in_their_own_workspaces(
     # both envs slept at the same time: the pipelines overlapped
     assert max(s["start"] for s in stamps.values()) < min(s["end"] for s in stamps.values())
     assert not (toy_project / "out").exists() and not (toy_project / "dvc.lock").exists()
-    assert _git(toy_project, "status", "--porcelain") == ""
+    assert _git(toy_project, "status", "--porcelain") == "?? metrics/"  # the seeded Table 1
+    # each env's rows were merged into the project's Table 1, the other env's kept
+    table = json.loads((toy_project / "metrics" / "table1.json").read_text())
+    assert {k for k in table if not k.startswith("_")} == {"miniwob", *ENVS}
+    assert table["miniwob"] == {"sft": None}
+    assert all(table[env]["sft"]["success"] == 0.5 for env in ENVS)
+    assert table["_provenance_by_env"] == {e: {"env": e} for e in ["miniwob", *ENVS]}
+    md = (toy_project / "metrics" / "table1.md").read_text()
+    assert all(f"### {e}" in md for e in ["miniwob", *ENVS])
 
     # the switch as a flow parameter: sequential, and DVC finds both workspaces up to date
     again = envs_pipeline(root=str(toy_project), task_runner="sequential", promote=False)
