@@ -49,14 +49,19 @@ DESIGNS: tuple[Design, ...] = ("full", "embeddings")
 _VERB_ONE_HOT = {v: [float(v == u) for u in (*VERBS, "other")] for v in (*VERBS, "other")}
 
 
-def command_scalars(mem: EpisodeMemory, command: str) -> list[float]:
-    """Hand-made features of one command given the memory (design ``full``)."""
+def command_scalars(mem: EpisodeMemory, command: str, text: str | None = None) -> list[float]:
+    """Hand-made features of one command given the memory (design ``full``).
+
+    ``text`` is what the command's words are read from (a page command with its
+    element's line, ``describe_commands``); the command itself by default.
+    """
     verb = verb_of(command)
     p, sw = mem.pointer, mem.step_words
     ahead = sw[p] if p < len(sw) else set()
     after = sw[p + 1] if p + 1 < len(sw) else set()
     goal = set().union(*sw) if sw else set()
-    objects = command_content(command)
+    text = command if text is None else text
+    objects = command_content(text)
     tried_here = mem.tried.get((mem.location, command), 0)
     go = [0.0] * 5
     if verb == "go":
@@ -69,12 +74,12 @@ def command_scalars(mem: EpisodeMemory, command: str) -> list[float]:
             float(OPPOSITE.get(mem.last_direction) == direction and mem.last_action[:3] == "go "),
             float(dest is None and tried_here == 0),
         ]
-    ov = [overlap(command, s) for s in sw]  # once per sentence: this runs every decision
-    next_overlap, next_verb = overlap(command, ahead), verb_in(command, ahead)
+    ov = [overlap(text, s) for s in sw]  # once per sentence: this runs every decision
+    next_overlap, next_verb = overlap(text, ahead), verb_in(command, ahead)
     return [
         *_VERB_ONE_HOT[verb],
         next_overlap,
-        overlap(command, after),
+        overlap(text, after),
         max(ov[p:], default=0.0),
         max(ov[:p], default=0.0),
         next_verb,
@@ -197,16 +202,20 @@ class Featurizer:
                 "the scoring policy needs the admissible commands of every state "
                 "(this env or state gave none)"
             )
+        from components.envs.miniwob_dom import describe_commands
+
         mem = self.memory(obs)
         commands = tuple(obs.admissible)
+        # on a web page a bare ``click [10]`` says nothing: read it with its element
+        described = describe_commands(obs.state, commands) or list(commands)
         goal = mem.current_step if self.design == "full" else obs.instruction
         texts = [goal, mem.surroundings, mem.inventory or "nothing", mem.last_action or "start"]
         ctx = self.encoder(texts)
-        cmd = self.encoder(list(commands))
+        cmd = self.encoder(described)
         parts = [cmd, cmd * ctx[0], cmd * ctx[1]]
         context = ctx.reshape(-1)
         if self.design == "full":
-            scalars = [command_scalars(mem, c) for c in commands]
+            scalars = [command_scalars(mem, c, t) for c, t in zip(commands, described, strict=True)]
             parts.append(np.asarray(scalars, np.float32))
             extra = np.asarray(context_scalars(mem, self.max_steps), np.float32)
             context = np.concatenate([context, extra])

@@ -9,7 +9,9 @@ actions offered in a state.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 from components.envs.episodic import collapse
@@ -21,6 +23,10 @@ _CLICK = re.compile(r"^click \[(-?\d+)\]$")
 _TEXT_ARG = re.compile(r'^(type|select) \[(-?\d+)\] "(.*)"$', re.DOTALL)
 _PRESS = re.compile(r"^press \[(-?\d+)\] ([A-Za-z]+)$")
 _QUOTED = re.compile(r'"([^"]+)"')
+_LINE = re.compile(r"^\[(-?\d+)\] ([\w-]+): ?(.*)$")
+_FIELD = re.compile(r'^(.*?)\s*"(.*)"$')
+_TOGGLE = re.compile(r"^(.*) \((checked|unchecked)\)$")
+_SELECT = re.compile(r'^"(.*)" \(options: (.*)\)$')
 
 TEXT_INPUTS = ("textbox", "password", "textarea", "number", "email", "search", "date", "time")
 _INPUT_TYPES = {
@@ -161,6 +167,35 @@ def render_state(elements: list[Element], feedback: str) -> str:
     return "\n".join([*lines, f"Feedback: {feedback}"])
 
 
+@lru_cache(maxsize=1 << 14)
+def parse_page(state: str) -> tuple[Element, ...] | None:
+    """The elements of a rendered state (inverse of ``render_state``; static elements
+    come back as interactive), or None when ``state`` is not one."""
+    lines = [ln for ln in state.splitlines() if ln and not ln.startswith("Feedback: ")]
+    if not lines:
+        return None
+    if lines == ["(no elements)"]:
+        return ()
+    out = []
+    for ln in lines:
+        m = _LINE.match(ln)
+        if m is None:
+            return None
+        ref, kind, body = int(m.group(1)), m.group(2), m.group(3)
+        out.append(_element(ref, kind, body))
+    return tuple(out)
+
+
+def _element(ref: int, kind: str, body: str) -> Element:
+    if kind in TEXT_INPUTS and (m := _FIELD.match(body)):
+        return Element(ref, kind, m.group(1), m.group(2))
+    if kind in ("checkbox", "radio") and (m := _TOGGLE.match(body)):
+        return Element(ref, kind, m.group(1), "true" if m.group(2) == "checked" else "false")
+    if kind == "select" and (m := _SELECT.match(body)):
+        return Element(ref, kind, "", m.group(1), tuple(m.group(2).split(" | ")))
+    return Element(ref, kind, body)
+
+
 @dataclass(frozen=True)
 class ParsedAction:
     """A text action, parsed."""
@@ -208,3 +243,19 @@ def admissible_actions(
         if e.kind == "select":
             actions += [f'select [{e.ref}] "{o}"' for o in e.options]
     return sorted(dict.fromkeys(actions))[:limit]
+
+
+def describe_commands(state: str, commands: Sequence[str]) -> list[str] | None:
+    """Each command with the line of the element it acts on (``click [10]`` ->
+    ``click [10] radio: pC (unchecked)``): what a policy must read to tell two clicks
+    apart. None when ``state`` is not a page."""
+    page = parse_page(state)
+    if page is None:
+        return None
+    lines = {e.ref: e.render().split("] ", 1)[-1] for e in page}
+    out = []
+    for c in commands:
+        parsed = parse_action(c)
+        line = lines.get(parsed.ref) if parsed is not None else None
+        out.append(f"{c} {line}" if line else c)
+    return out

@@ -49,7 +49,7 @@ from typing import Any
 import numpy as np
 
 from components.experience.grounded_commands import CommandRoles, state_commands
-from components.experience.grounded_fit import fit_tables
+from components.experience.grounded_fit import PAGE_VERB, fit_tables
 
 # the state and outcome parts live in their own modules; the names other code imports
 # from here stay importable
@@ -61,6 +61,12 @@ from components.experience.grounded_outcome import (  # noqa: F401
     best_f1_threshold,
     episode_rows,
     outcome_features,
+)
+from components.experience.grounded_page import (
+    fill_page_template,
+    page_edit,
+    page_variants,
+    render_page,
 )
 from components.experience.grounded_state import (  # noqa: F401
     _NEUTRAL,
@@ -149,6 +155,7 @@ class GroundedModel:
     lost_model: _LogisticRegression | None = None
     won_threshold: float = 0.5
     lost_threshold: float = 0.5
+    pages: bool = False  # fitted on web pages (MiniWoB++): page edits and page features
     fit_stats: dict[str, Any] = field(default_factory=dict)
     _cache: _Cache = field(default_factory=_Cache, repr=False, compare=False)
 
@@ -179,9 +186,13 @@ class GroundedModel:
 
     def variants(self, seed: Task, n: int, iteration: int) -> list[str]:
         """Up to ``n`` new instructions in ``seed``'s game: an earlier step of a multi-step
-        instruction as the goal, or another object this game holds as the thing to get."""
+        instruction as the goal, or another object this game holds as the thing to get
+        (a page: the same page with another target, ``page_variants``)."""
         rng = random.Random(f"{self.settings.seed}:{seed.task_id}:{iteration}")
         game = seed.parent_task_id if seed.generated and seed.parent_task_id else seed.task_id
+        if self.pages:  # the same page with another target
+            start = self.initial.get(game)
+            return page_variants(seed.instruction, start[0], rng, n) if start else []
         steps = instruction_steps(seed.instruction)
         options: list[str] = []
         if len(steps) > 1:
@@ -240,7 +251,11 @@ class GroundedModel:
         pending = [d for d in drafts if d.memory is not None]
         if pending:
             feats = np.asarray(
-                [outcome_features(d.memory, d.action, d.current) for d in pending], np.float32
+                [
+                    outcome_features(d.memory, d.action, d.current, d.state if self.pages else None)
+                    for d in pending
+                ],
+                np.float32,
             )
             for d, (won, lost, score) in zip(pending, self._classify_rows(feats), strict=True):
                 d.decide(won, lost, score)
@@ -265,7 +280,10 @@ class GroundedModel:
                     draft.score = float(bool(won))  # a recorded outcome is certain
                     if _is_generated(task):  # whether it is won is judged anew
                         draft.memory, draft.action, draft.current = memory, action, admissible
+                        draft.state = state
                     return draft
+        if self.pages and (edited := page_edit(state, action)) is not None:
+            return self._page_draft(query, edited)
         location, surroundings, inventory = split_cached(state)
         verb, x, prep, y = _parse(action)
         valid = action in admissible
@@ -303,7 +321,35 @@ class GroundedModel:
         adm, fallback = self._admissible(tid, next_state, admissible)
         draft = _Draft(next_state, False, False, adm, evidence, fallback, why, replayed=False)
         draft.memory, draft.action, draft.current = memory, action, admissible
+        draft.state = state
         return draft
+
+    def _page_draft(self, query: Query, edited: tuple[Any, str, str, bool]) -> _Draft:
+        """A page action's draft: the page as ``page_edit`` leaves it, a learned feedback."""
+        task, memory, state, action, admissible, _ = query
+        if not self.settings.history:
+            memory = EpisodeMemory.replay(memory.instruction, state)
+        page, verb, kind, valid = edited
+        feedback = self._page_feedback(verb, kind, valid, action)
+        next_state = render_page(page, feedback)
+        recorded = self.admissible_by_state.get((task.task_id, _world_key(next_state)))
+        # a page edit changes values, never which elements there are: same commands
+        adm = recorded or tuple(admissible)
+        what = f"a {kind}" if kind else "no element"
+        why = f"'{verb}' on {what}: {'valid' if valid else 'invalid'}; the page as it leaves it."
+        draft = _Draft(next_state, False, False, adm, EDIT, False, why, replayed=False)
+        draft.memory, draft.action, draft.current, draft.state = memory, action, admissible, state
+        return draft
+
+    def _page_feedback(self, verb: str, kind: str, valid: bool, action: str) -> str:
+        keys = [(PAGE_VERB + verb, kind, valid), (PAGE_VERB + verb, "", valid)]
+        keys += [k for k in self.templates if k[0].startswith(PAGE_VERB) and k[2] == valid]
+        for key in keys:
+            for template, _ in (self.templates.get(key) or Counter()).most_common(5):
+                text = fill_page_template(template, action, kind)
+                if text is not None:
+                    return text
+        return UNCHANGED_FEEDBACK
 
     def _guess_room(self, task_id: str, location: str, direction: str) -> str | None:
         """A room of this game whose exit back (the opposite way) leads nowhere known yet.

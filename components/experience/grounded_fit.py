@@ -15,6 +15,7 @@ from components.experience.grounded_outcome import (
     episode_rows,
     outcome_features,
 )
+from components.experience.grounded_page import page_edit, page_template, parse_page, render_page
 from components.experience.grounded_state import (
     EDIT_OPERATORS,
     apply_edit,
@@ -24,6 +25,8 @@ from components.experience.grounded_state import (
 )
 from components.memory import split_state
 from components.schema import Trajectory, Transition
+
+PAGE_VERB = "page:"  # template keys of page verbs (apart from TextWorld's)
 
 if TYPE_CHECKING:
     from components.experience.grounded import GroundedModel
@@ -39,12 +42,26 @@ def fit_tables(model: GroundedModel, trajectories: Sequence[Trajectory]) -> dict
         raise ValueError("the grounded experience model needs real trajectories")
     edit_hits: dict[tuple[str, str], Counter] = defaultdict(Counter)
     feats, won, lost, games = [], [], [], []
+    page_hits = Counter()
     for traj in real:
         model.initial.setdefault(
             traj.task_id, (traj.initial_state, tuple(traj.steps[0].admissible_actions or ()))
         )
+    # a page env (MiniWoB++): page edits and the page's values as classifier features
+    model.pages = all(parse_page(t.initial_state) is not None for t in real)
     for mem, s, was_lost in episode_rows(real):
         _index(model, s, was_lost)
+        feats.append(
+            outcome_features(
+                mem, s.action, s.admissible_actions or (), s.state if model.pages else None
+            )
+        )
+        won.append(int(s.reward == 1))
+        lost.append(int(was_lost))
+        games.append(s.task_id)
+        if model.pages:
+            _fit_page_step(model, s, page_hits)
+            continue
         verb, x, prep, y = parse_command(s.action)
         loc0, sur0, inv0 = split_state(s.state)
         loc1, sur1, inv1 = split_state(s.next_state)
@@ -58,10 +75,6 @@ def fit_tables(model: GroundedModel, trajectories: Sequence[Trajectory]) -> dict
                     sur1,
                     inv1,
                 )
-        feats.append(outcome_features(mem, s.action, s.admissible_actions or ()))
-        won.append(int(s.reward == 1))
-        lost.append(int(was_lost))
-        games.append(s.task_id)
     model.edits = {k: c.most_common(1)[0][0] for k, c in edit_hits.items()}
     x_all = np.asarray(feats, np.float32)
     y_won, y_lost = np.asarray(won), np.asarray(lost)
@@ -74,7 +87,25 @@ def fit_tables(model: GroundedModel, trajectories: Sequence[Trajectory]) -> dict
         "edit_verbs": len(model.edits),
         "templates": sum(len(c) for c in model.templates.values()),
         **stats,
+        **(
+            {"page_edit_match": page_hits["match"] / max(1, page_hits["steps"])}
+            if model.pages
+            else {}
+        ),
     }
+
+
+def _fit_page_step(model: GroundedModel, s: Transition, hits: Counter) -> None:
+    """Learn the feedback template of a page step; count whether ``page_edit`` matches it."""
+    edited = page_edit(s.state, s.action)
+    if edited is None:
+        return
+    page, verb, kind, valid = edited
+    fb = s.next_state.rsplit("Feedback: ", 1)[-1] if "Feedback: " in s.next_state else ""
+    model.templates[(PAGE_VERB + verb, kind, valid)][page_template(fb, s.action, kind)] += 1
+    if not s.done:  # a finished episode's page is the next episode's
+        hits["steps"] += 1
+        hits["match"] += world_key(render_page(page, "")) == world_key(s.next_state)
 
 
 def _index(model: GroundedModel, s: Transition, lost: bool) -> None:

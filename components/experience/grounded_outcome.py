@@ -15,6 +15,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from components.experience.grounded_page import page_features
 from components.experience.grounded_state import _content
 from components.memory import VERB_WORDS, VERBS, EpisodeMemory, verb_of
 from components.schema import Task, Trajectory, Transition
@@ -62,6 +63,7 @@ class _Draft:
     memory: EpisodeMemory | None = None  # set when the classifiers decide the outcome
     action: str = ""
     current: Sequence[str] = ()
+    state: str = ""
 
     def decide(self, won: bool, lost: bool, score: float) -> None:
         self.won, self.lost = won, lost
@@ -91,8 +93,13 @@ class _Draft:
 # -- reward / termination classifier -------------------------------------------------------
 
 
-def outcome_features(mem: EpisodeMemory, command: str, admissible: Sequence[str]) -> list[float]:
-    """Features of (instruction steps, pointer, command) for the won / lost classifiers."""
+def outcome_features(
+    mem: EpisodeMemory, command: str, admissible: Sequence[str], state: str | None = None
+) -> list[float]:
+    """Features of (instruction steps, pointer, command) for the won / lost classifiers.
+
+    With ``state`` (a page env's models), ``page_features`` of it are appended.
+    """
     sw = mem.step_words
     n = len(sw)
     last = sw[-1] if sw else set()
@@ -105,6 +112,9 @@ def outcome_features(mem: EpisodeMemory, command: str, admissible: Sequence[str]
     in_goal = len(objects & goal) / len(objects) if objects else 0.0
     last_overlap = len(objects & last) / len(objects) if objects else 0.0
     last_verb = float(bool(lexicon and lexicon & last))
+    page = []
+    if state is not None:
+        page = page_features(mem.instruction, state, command, mem.last_action)
     return [
         last_overlap,
         last_verb,
@@ -118,6 +128,7 @@ def outcome_features(mem: EpisodeMemory, command: str, admissible: Sequence[str]
         float(command in admissible),
         float(verb == "take") * (1.0 - in_goal),
         *(float(verb == v) for v in (*VERBS, "other")),
+        *page,
     ]
 
 

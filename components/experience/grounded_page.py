@@ -1,0 +1,206 @@
+"""Web-page states (MiniWoB++) as the grounded model reads, edits and judges them.
+
+A page state is one ``[id] kind: text`` line per element, then the feedback
+(components/envs/miniwob_dom.py renders it). Unlike a TextWorld room, what an action does
+to a page is local and visible: typing sets a field's value, selecting sets a select's,
+clicking a checkbox toggles it and clicking a radio checks it (and clears the others).
+``page_edit`` applies that; the feedback sentence is learned from real transitions as a
+template per (verb, element kind, valid), like the TextWorld verbs' templates.
+
+Whether a submit wins depends on the page's values against the instruction, not on the
+command's words, so ``page_features`` measures that: which of the instruction's targets
+(its quoted strings, and its words that name an option or a checkbox/radio) the page
+holds, which held values the instruction does not ask for, and what the command clicks.
+The won/lost classifiers of a page env see these beside ``outcome_features``.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from collections.abc import Sequence
+from dataclasses import replace
+from functools import lru_cache, partial
+
+from components.envs.miniwob_dom import TEXT_INPUTS, Element, parse_action, parse_page, quoted
+
+_WORD = re.compile(r"[\w'-]+")
+_OVER = re.compile(r"\s*The episode is over: \w+\.$")
+FEEDBACK = "Feedback: "
+CLICKABLE = ("button", "link", "file", "folder", "span", "div", "option", "toggle")
+# what a click lands on, grouped by what it tends to do (submit, open, expand, set)
+CLICK_GROUPS = (("button",), ("link", "file", "span", "div", "option"), ("folder", "toggle"))
+# kinds whose label a generated instruction may name instead (same page, another target)
+_SWAP_KINDS = ("checkbox", "radio", "file", "folder")
+PAGE_FEATURES = 11 + len(CLICK_GROUPS)  # len(page_features(...))
+
+
+def render_page(elements: Sequence[Element], feedback: str) -> str:
+    """The page state text of ``elements`` (miniwob_dom's ``render_state``)."""
+    lines = [e.render() for e in elements] or ["(no elements)"]
+    return "\n".join([*lines, f"{FEEDBACK}{feedback}"])
+
+
+@lru_cache(maxsize=1 << 14)
+def page_edit(state: str, action: str) -> tuple[tuple[Element, ...], str, str, bool] | None:
+    """(elements after ``action``, verb, element kind, valid), or None if not a page state."""
+    page = parse_page(state)
+    if page is None:
+        return None
+    parsed = parse_action(action)
+    if parsed is None:
+        return page, action.strip().split(" ", 1)[0].lower(), "", False
+    target = next((e for e in page if e.ref == parsed.ref), None)
+    if target is None:
+        return page, parsed.verb, "", False
+    kind = target.kind
+    if parsed.verb == "type" and kind in TEXT_INPUTS:
+        return _set(page, target, value=parsed.arg), parsed.verb, kind, True
+    if parsed.verb == "select" and kind == "select" and parsed.arg in target.options:
+        return _set(page, target, value=parsed.arg), parsed.verb, kind, True
+    if parsed.verb == "click" and kind == "checkbox":
+        flipped = "false" if target.checked else "true"
+        return _set(page, target, value=flipped), parsed.verb, kind, True
+    if parsed.verb == "click" and kind == "radio":
+        out = tuple(replace(e, value="false") if e.kind == "radio" else e for e in page)
+        return _set(out, target, value="true"), parsed.verb, kind, True
+    valid = parsed.verb in ("click", "press")
+    return page, parsed.verb, kind, valid
+
+
+def _set(page: Sequence[Element], target: Element, value: str) -> tuple[Element, ...]:
+    return tuple(replace(e, value=value) if e.ref == target.ref else e for e in page)
+
+
+def page_template(feedback: str, action: str, kind: str) -> str:
+    """The feedback with the element id, the typed text and the kind as placeholders."""
+    parsed = parse_action(action)
+    out = _OVER.sub("", feedback)
+    if parsed is not None:
+        out = out.replace(f"[{parsed.ref}]", "[{ID}]")
+        if parsed.arg:
+            out = out.replace(parsed.arg, "{ARG}")
+    return out.replace(kind, "{KIND}") if kind else out
+
+
+def fill_page_template(template: str, action: str, kind: str) -> str | None:
+    """``template`` filled from ``action`` and ``kind``; None when it needs what they lack."""
+    parsed = parse_action(action)
+    if "{ID}" in template and parsed is None:
+        return None
+    if "{ARG}" in template and (parsed is None or not parsed.arg):
+        return None
+    if "{KIND}" in template and not kind:
+        return None
+    if parsed is not None:
+        template = template.replace("{ID}", str(parsed.ref)).replace("{ARG}", parsed.arg)
+    return template.replace("{KIND}", kind)
+
+
+def _targets(instruction: str, page: Sequence[Element]) -> tuple[set[str], list[str]]:
+    """(value targets, click targets in the order the instruction names them) on this page."""
+    values = set(quoted(instruction))
+    named = _WORD.findall(instruction) + quoted(instruction)
+    words = set(named)
+    labels: set[str] = set()
+    for e in page:
+        if e.kind in ("checkbox", "radio") and e.text in words:
+            values.add(e.text)
+        elif e.kind == "select":
+            values |= {o for o in e.options if o in words}
+        elif e.kind not in TEXT_INPUTS and e.text in words:
+            labels.add(e.text)
+    return values, list(dict.fromkeys(w for w in named if w in labels))
+
+
+def _clicked(page: Sequence[Element], action: str) -> Element | None:
+    parsed = parse_action(action)
+    if parsed is None or parsed.verb != "click":
+        return None
+    return next((e for e in page if e.ref == parsed.ref), None)
+
+
+def page_features(instruction: str, state: str, action: str, previous: str = "") -> list[float]:
+    """How the page after ``action`` meets the instruction, and what ``action`` clicks.
+
+    ``previous`` is the episode's previous action (an ordered "click A, then B" is met
+    when A was clicked just before). All zeros when ``state`` is not a page.
+    """
+    edited = page_edit(state, action)
+    if edited is None:
+        return [0.0] * PAGE_FEATURES
+    before = parse_page(state) or ()
+    page, verb, kind, valid = edited
+    values, clicks = _targets(instruction, before)
+    held = [e.value or "" for e in page if e.kind in (*TEXT_INPUTS, "select")]
+    held += [e.text for e in page if e.kind in ("checkbox", "radio") and e.checked]
+    held = [h for h in held if h]
+    met = sum(any(v == h or (len(v) > 1 and v in h) for h in held) for v in values)
+    met_share = met / len(values) if values else 1.0
+    extra = sum(not any(v == h or (len(v) > 1 and v in h) for v in values) for h in held)
+    extra_share = extra / max(1, len(held))
+    fields = [e for e in page if e.kind in TEXT_INPUTS]
+    empty = sum(not e.value for e in fields) / len(fields) if fields else 0.0
+    clicked = _clicked(before, action)
+    submits = float(verb == "click" and valid and kind in CLICKABLE)
+    on_target = float(submits and clicked is not None and clicked.text in clicks)
+    done = float(met_share == 1.0 and extra == 0)
+    last = _clicked(before, previous)
+    in_order = float(
+        len(clicks) > 1
+        and clicked is not None
+        and clicked.text == clicks[-1]
+        and last is not None
+        and last.text == clicks[-2]
+    )
+    return [
+        1.0,
+        met_share,
+        extra_share,
+        empty,
+        done,
+        submits,
+        on_target,
+        done * submits,
+        done * on_target,
+        float(not values) * submits,
+        in_order,
+        *(float(clicked is not None and clicked.kind in group) for group in CLICK_GROUPS),
+    ]
+
+
+def page_variants(instruction: str, state: str, rng: random.Random, n: int) -> list[str]:
+    """Up to ``n`` instructions for the same page with another target: an option, a
+    checkbox/radio or a file of the page the instruction does not name, in place of one
+    it names. Typed values stay (the page's commands type only the original ones)."""
+    page = parse_page(state) or ()
+    values, clicks = _targets(instruction, page)
+    swappable = [
+        (e.kind, t)
+        for e in page
+        for t in ([e.text] if e.kind != "select" else e.options)
+        if (t in values or t in clicks)
+        and (e.kind != "select" or t in values)
+        and e.kind in (*_SWAP_KINDS, "select")
+    ]
+    named = set(values) | set(clicks)
+    options: list[str] = []
+    for kind, old in dict.fromkeys(swappable):
+        pool = [
+            t
+            for e in page
+            if e.kind == kind
+            for t in ([e.text] if kind != "select" else e.options)
+            if t and t not in named and t != old
+        ]
+        pattern = re.compile(rf'(?<![\w"]){re.escape(old)}(?![\w"])|"{re.escape(old)}"')
+        for new in dict.fromkeys(pool):
+            text = pattern.sub(partial(_swap, new), instruction, count=1)
+            if text != instruction:
+                options.append(text)
+    rng.shuffle(options)
+    return options[:n]
+
+
+def _swap(new: str, match: re.Match[str]) -> str:
+    return f'"{new}"' if match.group(0).startswith('"') else new
