@@ -68,6 +68,7 @@ from components.experience.grounded_page import (
     page_variants,
     render_page,
 )
+from components.experience.grounded_science import WordPrior
 from components.experience.grounded_state import (  # noqa: F401
     _NEUTRAL,
     EDIT_OPERATORS,
@@ -156,6 +157,8 @@ class GroundedModel:
     won_threshold: float = 0.5
     lost_threshold: float = 0.5
     pages: bool = False  # fitted on web pages (MiniWoB++): page edits and page features
+    science: bool = False  # fitted on ScienceWorld tasks: science features, word prior
+    word_prior: WordPrior | None = None
     fit_stats: dict[str, Any] = field(default_factory=dict)
     _cache: _Cache = field(default_factory=_Cache, repr=False, compare=False)
 
@@ -252,7 +255,15 @@ class GroundedModel:
         if pending:
             feats = np.asarray(
                 [
-                    outcome_features(d.memory, d.action, d.current, d.state if self.pages else None)
+                    outcome_features(
+                        d.memory,
+                        d.action,
+                        d.current,
+                        d.state if self.pages or self.science else None,
+                        self.word_prior.score(d.memory.instruction, d.action)
+                        if self.word_prior is not None
+                        else None,
+                    )
                     for d in pending
                 ],
                 np.float32,

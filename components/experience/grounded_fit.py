@@ -16,6 +16,7 @@ from components.experience.grounded_outcome import (
     outcome_features,
 )
 from components.experience.grounded_page import page_edit, page_template, parse_page, render_page
+from components.experience.grounded_science import WordPrior, is_science
 from components.experience.grounded_state import (
     EDIT_OPERATORS,
     apply_edit,
@@ -49,11 +50,22 @@ def fit_tables(model: GroundedModel, trajectories: Sequence[Trajectory]) -> dict
         )
     # a page env (MiniWoB++): page edits and the page's values as classifier features
     model.pages = all(parse_page(t.initial_state) is not None for t in real)
+    # ScienceWorld: the focus / box / circuit relations and a word prior (out of fold)
+    model.science = not model.pages and is_science(t.steps[0].instruction for t in real)
+    prior = WordPrior()
+    if model.science:
+        for _, s, was_lost in episode_rows(real):
+            prior.add(s.task_id, s.instruction, s.action, s.reward == 1, was_lost)
+        model.word_prior = prior.frozen()
     for mem, s, was_lost in episode_rows(real):
         _index(model, s, was_lost)
         feats.append(
             outcome_features(
-                mem, s.action, s.admissible_actions or (), s.state if model.pages else None
+                mem,
+                s.action,
+                s.admissible_actions or (),
+                s.state if model.pages or model.science else None,
+                prior.score(s.instruction, s.action, s.task_id) if model.science else None,
             )
         )
         won.append(int(s.reward == 1))

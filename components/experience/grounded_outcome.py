@@ -16,6 +16,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from components.experience.grounded_page import page_features
+from components.experience.grounded_science import science_features
 from components.experience.grounded_state import _content
 from components.memory import VERB_WORDS, VERBS, EpisodeMemory, verb_of
 from components.schema import Task, Trajectory, Transition
@@ -94,11 +95,16 @@ class _Draft:
 
 
 def outcome_features(
-    mem: EpisodeMemory, command: str, admissible: Sequence[str], state: str | None = None
+    mem: EpisodeMemory,
+    command: str,
+    admissible: Sequence[str],
+    state: str | None = None,
+    science_prior: Sequence[float] | None = None,
 ) -> list[float]:
     """Features of (instruction steps, pointer, command) for the won / lost classifiers.
 
-    With ``state`` (a page env's models), ``page_features`` of it are appended.
+    With ``state`` (a page env's models), ``page_features`` of it are appended; with
+    ``science_prior`` (a ScienceWorld model's word prior of the command), ``science_features``.
     """
     sw = mem.step_words
     n = len(sw)
@@ -113,7 +119,9 @@ def outcome_features(
     last_overlap = len(objects & last) / len(objects) if objects else 0.0
     last_verb = float(bool(lexicon and lexicon & last))
     page = []
-    if state is not None:
+    if science_prior is not None:
+        page = science_features(mem, state or "", command, science_prior)
+    elif state is not None:
         page = page_features(mem.instruction, state, command, mem.last_action)
     return [
         last_overlap,

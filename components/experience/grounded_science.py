@@ -1,0 +1,125 @@
+"""ScienceWorld's win conditions as features of the grounded model's won/lost classifiers.
+
+A ScienceWorld task names what to focus on ("focus on the green paint", "focus on the
+thing"), often where to move it ("move it to the blue box") or a device to power. A win
+is a focus on the right object, a move of the focused object into the named box, or the
+connect that closes a circuit; a focus on anything else loses. ``science_features``
+measures those relations against the episode so far, and ``WordPrior`` adds what real
+data says of the command's words under its verb (which animal lives longest is not in
+the instruction: it is in which ``focus on`` won). The prior of a training row counts
+only the other games (out of fold): a game's own outcome must not leak into its feature.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from functools import lru_cache
+
+from components.memory import EpisodeMemory, command_content, content_words
+
+_FOCUS = re.compile(r"focus on (?:the )?([^.]+)", re.IGNORECASE)
+_BOX = re.compile(r"\b(\w+) box\b")
+SCIENCE_FEATURES = 24  # len(science_features(...))
+_MAX_CONNECTS = 6
+
+
+def is_science(instructions: Iterable[str]) -> bool:
+    """Every instruction names something to focus on (ScienceWorld's task grammar)."""
+    seen = False
+    for text in instructions:
+        if not _FOCUS.search(text or ""):
+            return False
+        seen = True
+    return seen
+
+
+@dataclass
+class WordPrior:
+    """Wins and losses per (verb, content word) of real transitions, also per task kind
+    (the instruction's first sentence: "find a(n) plant"), per game for out-of-fold."""
+
+    counts: Counter = field(default_factory=Counter)
+    by_game: dict[str, Counter] = field(default_factory=dict)
+
+    def add(self, game: str, instruction: str, command: str, won: bool, lost: bool) -> None:
+        """Count one real command of ``game``."""
+        own = self.by_game.setdefault(game, Counter())
+        for key in _keys(instruction, command):
+            for outcome, hit in (("n", True), ("won", won), ("lost", lost)):
+                own[(outcome, key)] += hit
+                self.counts[(outcome, key)] += hit
+
+    def score(self, instruction: str, command: str, leave_out: str | None = None) -> list[float]:
+        """The smoothed win and loss rates of the command's words, alone and under this
+        kind of task (the highest per word; without ``leave_out``'s counts)."""
+        own = self.by_game.get(leave_out) if leave_out else None
+        best = [0.0] * 4
+        for key in _keys(instruction, command):
+            n = self.counts[("n", key)] - (own[("n", key)] if own else 0)
+            for i, outcome in enumerate(("won", "lost")):
+                hits = self.counts[(outcome, key)] - (own[(outcome, key)] if own else 0)
+                j = 2 * i + (len(key) == 3)
+                best[j] = max(best[j], (hits + 0.1) / (n + 2.0))
+        return best
+
+    def frozen(self) -> WordPrior:
+        """The same counts without the per-game split (what prediction needs)."""
+        return WordPrior(Counter(self.counts))
+
+
+@lru_cache(maxsize=1 << 14)
+def _kind(instruction: str) -> str:
+    first = instruction.split(".", 1)[0]
+    return " ".join(sorted(content_words(first)))
+
+
+def _keys(instruction: str, command: str) -> list[tuple[str, ...]]:
+    verb = command.split(" ", 1)[0].lower()
+    kind = _kind(instruction)
+    words = command_content(command)
+    return [*((verb, w) for w in words), *((kind, verb, w) for w in words)]
+
+
+def science_features(
+    mem: EpisodeMemory, state: str, command: str, prior: Sequence[float]
+) -> list[float]:
+    """How ``command`` relates to the task's focus target, its box and the episode so far."""
+    verb = command.split(" ", 1)[0].lower()
+    cw = command_content(command)
+    match = _FOCUS.search(mem.instruction)
+    target = content_words(match.group(1)) if match else frozenset()
+    focused = [c for c in mem.used if c.startswith("focus on ")]
+    focus_words = frozenset().union(*(command_content(c) for c in focused))
+    is_focus, is_move = float(verb == "focus"), float(verb == "move")
+    named = len(cw & target) / len(cw) if cw and target else 0.0
+    moved = command_content(command.split(" to ", 1)[0])  # a move's object, not its box
+    same = len(moved & focus_words) / len(moved) if moved and focus_words else 0.0
+    boxes = set(_BOX.findall(mem.instruction.lower()))
+    to_box = float(any(f"to {b} box" in command.lower() for b in boxes))
+    box_here = float(any(f"{b} box" in state.lower() for b in boxes))  # a move needs it near
+    in_state = float(bool(cw) and cw <= content_words(state))
+    connects = min(sum(n for c, n in mem.used.items() if c.startswith("connect ")), _MAX_CONNECTS)
+    is_connect = float(verb == "connect")
+    return [
+        is_focus,
+        is_focus * named,
+        float(bool(focused)),
+        is_focus * float(bool(focused)),
+        is_move,
+        same,
+        to_box,
+        is_move * same * to_box,
+        is_move * same * to_box * box_here,
+        float(same == 1.0) * is_move * to_box * box_here,
+        is_focus * in_state,
+        is_focus * named * in_state,
+        is_connect,
+        connects / _MAX_CONNECTS,
+        is_connect * connects / _MAX_CONNECTS,
+        *prior,
+        *(is_focus * p for p in prior),
+        is_move * to_box * prior[1],
+    ]

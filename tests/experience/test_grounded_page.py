@@ -1,0 +1,264 @@
+"""The grounded model on web pages (MiniWoB++ states), on a hand-made radio-button page.
+
+``_Page`` plays a click-option task the way components/envs/miniwob_env.py renders it:
+radios with random labels and a Submit button; the task is won when the named radio is
+checked at submit. The model is fitted on some pages and asked about unseen ones.
+"""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+
+from components.agent.features import command_scalars
+from components.envs.miniwob_dom import (
+    Element,
+    describe_commands,
+    parse_page,
+    render_state,
+)
+from components.experience.grounded import EDIT, GroundedModel, GroundedSettings, Query
+from components.experience.grounded_page import (
+    PAGE_FEATURES,
+    fill_page_template,
+    page_edit,
+    page_features,
+    page_template,
+    page_variants,
+)
+from components.memory import VERBS, EpisodeMemory
+from components.schema import Trajectory
+from tests.factories import make_step, make_task, trajectory_of
+
+LOADED = "The page is loaded."
+
+
+class _Page:
+    """Page ``p``: four radios with made-up labels, the target among them, and Submit."""
+
+    def __init__(self, p: int) -> None:
+        rng = random.Random(p)
+        self.labels = ["".join(rng.choices("abcdefghkmnpqrstuvwxyz", k=5)) for _ in range(4)]
+        self.target = self.labels[p % 4]
+        self.checked: str | None = None
+        self.task_id = f"mw-click-option-train-{p}"
+
+    def instruction(self) -> str:
+        return f"Select {self.target} and click Submit."
+
+    def elements(self) -> list[Element]:
+        radios = [
+            Element(2 * i + 4, "radio", x, "true" if x == self.checked else "false")
+            for i, x in enumerate(self.labels)
+        ]
+        return [*radios, Element(12, "button", "Submit")]
+
+    def state(self, feedback: str = LOADED) -> str:
+        return render_state(self.elements(), feedback)
+
+    def admissible(self) -> list[str]:
+        return sorted(f"click [{e.ref}]" for e in self.elements())
+
+    def click(self, label: str) -> str:
+        return f"click [{next(e.ref for e in self.elements() if e.text == label)}]"
+
+    def play(self, picks: list[str], n: int) -> Trajectory:
+        """Click each radio of ``picks``, then Submit."""
+        steps, last = [], LOADED
+        for i, action in enumerate([*(self.click(x) for x in picks), "click [12]"]):
+            before, adm = self.state(last), self.admissible()
+            ref = int(action[7:-1])
+            kind = "button" if ref == 12 else "radio"
+            feedback = f"Clicked [{ref}] {kind}."
+            reward = 0
+            if ref == 12:
+                reward = int(self.checked == self.target)
+                feedback += f" The episode is over: {'success' if reward else 'failure'}."
+            else:
+                self.checked = self.labels[(ref - 4) // 2]
+            steps.append(
+                make_step(
+                    f"{self.task_id}-ep{n}",
+                    i,
+                    before,
+                    action,
+                    self.state(feedback),
+                    task_id=self.task_id,
+                    instruction=self.instruction(),
+                    reward=reward,
+                    done=ref == 12,
+                    admissible_actions=adm,
+                    env="miniwob",
+                )
+            )
+            last = feedback
+        return trajectory_of(steps)
+
+
+def _episodes(pages: range) -> list[Trajectory]:
+    out = []
+    for p in pages:
+        page = _Page(p)
+        others = [x for x in page.labels if x != page.target]
+        for n, picks in enumerate(([page.target], [others[0]], [], [others[1], page.target])):
+            out.append(_Page(p).play(picks, n))
+    return out
+
+
+@pytest.fixture(scope="module")
+def model() -> GroundedModel:
+    m = GroundedModel(GroundedSettings(seed=0))
+    m.fit(_episodes(range(12)))
+    return m
+
+
+def test_parse_page_inverts_render_for_every_kind() -> None:
+    elements = [
+        Element(4, "select", "", "Cuba", ("Cuba", "Chad")),
+        Element(5, "textbox", "Username", "annis"),
+        Element(6, "password", "", ""),
+        Element(7, "checkbox", "qJ", "true"),
+        Element(8, "radio", "pC", "false"),
+        Element(9, "button", "Submit"),
+    ]
+    assert parse_page(render_state(elements, "hi")) == tuple(elements)
+    assert parse_page("Location: Kitchen\nInventory: nothing\nFeedback: hi") is None
+
+
+def test_page_edit_sets_values_toggles_and_checks_one_radio() -> None:
+    state = render_state(
+        [
+            Element(4, "textbox", "", ""),
+            Element(5, "checkbox", "a", "false"),
+            Element(6, "radio", "x", "true"),
+            Element(7, "radio", "y", "false"),
+            Element(8, "select", "", "Cuba", ("Cuba", "Chad")),
+            Element(9, "button", "Submit"),
+        ],
+        LOADED,
+    )
+
+    def after(action: str) -> tuple[str, bool]:
+        out = page_edit(state, action)
+        assert out is not None
+        page, _, _, valid = out
+        return render_state(list(page), "").rsplit("\nFeedback", 1)[0], valid
+
+    assert '[4] textbox: "hi"' in after('type [4] "hi"')[0]
+    assert "[5] checkbox: a (checked)" in after("click [5]")[0]
+    text, valid = after("click [7]")
+    assert valid and "x (unchecked)" in text and "y (checked)" in text
+    assert '"Chad"' in after('select [8] "Chad"')[0]
+    assert after('select [8] "Peru"')[1] is False  # no such option
+    assert after('type [9] "hi"')[1] is False  # a button is no text field
+    assert after("click [99]")[1] is False
+    assert after("dance")[1] is False
+    assert page_edit("Location: Hall\nFeedback: x", "click [4]") is None
+
+
+def test_page_templates_round_trip_to_another_command() -> None:
+    template = page_template('Typed "vV" into [10].', 'type [10] "vV"', "password")
+    assert template == 'Typed "{ARG}" into [{ID}].'
+    assert fill_page_template(template, 'type [7] "ab"', "textbox") == 'Typed "ab" into [7].'
+    over = page_template("Clicked [5] button. The episode is over: success.", "click [5]", "button")
+    assert over == "Clicked [{ID}] {KIND}."
+    assert fill_page_template(template, "click [7]", "button") is None  # nothing typed
+
+
+def test_page_features_tell_a_met_goal_from_a_missed_one() -> None:
+    page = _Page(1)
+    mem = EpisodeMemory.replay(page.instruction(), page.state())
+    submit_empty = page_features(page.instruction(), page.state(), "click [12]")
+    page.checked = page.target
+    submit_right = page_features(page.instruction(), page.state(), "click [12]")
+    page.checked = next(x for x in page.labels if x != page.target)
+    submit_wrong = page_features(page.instruction(), page.state(), "click [12]")
+    assert len(submit_right) == PAGE_FEATURES
+    done, submits = 4, 5
+    assert submit_right[done] == 1 and submit_right[submits] == 1
+    assert submit_wrong[done] == 0 and submit_empty[done] == 0
+    assert submit_wrong[2] == 1.0  # the one value held is not asked for
+    assert page_features(mem.instruction, "Location: Hall\nFeedback: x", "go east") == [0.0] * (
+        PAGE_FEATURES
+    )
+
+
+def test_page_features_see_an_ordered_click_sequence() -> None:
+    state = render_state([Element(4, "button", "ONE"), Element(5, "button", "TWO")], LOADED)
+    text = "Click button ONE, then click button TWO."
+    in_order = 10
+    assert page_features(text, state, "click [5]", previous="click [4]")[in_order] == 1
+    assert page_features(text, state, "click [5]", previous="click [5]")[in_order] == 0
+    assert page_features(text, state, "click [4]", previous="")[in_order] == 0
+
+
+def test_fitted_model_judges_submits_on_unseen_pages(model: GroundedModel) -> None:
+    assert model.pages
+    assert model.fit_stats["page_edit_match"] == 1.0
+    for p in (20, 21, 22, 23):
+        page = _Page(p)
+        task = make_task(page.task_id, page.instruction(), env="miniwob")
+        wrong = next(x for x in page.labels if x != page.target)
+        outcomes = {}
+        for label in (page.target, wrong):
+            page.checked = None
+            start = page.state()
+            mem = EpisodeMemory.replay(page.instruction(), start)
+            click = model.predict(task, mem, start, page.click(label), page.admissible())
+            assert f"{label} (checked)" in click.next_state
+            assert not click.won and not click.lost
+            assert click.next_state.endswith(
+                f"Feedback: Clicked [{page.click(label)[7:-1]}] radio."
+            )
+            mem.update(page.click(label), click.next_state)
+            outcomes[label] = model.predict(
+                task, mem, click.next_state, "click [12]", page.admissible()
+            )
+        assert outcomes[page.target].won and outcomes[page.target].evidence == EDIT
+        assert outcomes[wrong].lost and not outcomes[wrong].won
+
+
+def test_batch_prediction_equals_one_by_one_on_pages(model: GroundedModel) -> None:
+    queries = []
+    for p in (20, 21):
+        page = _Page(p)
+        task = make_task(page.task_id, page.instruction(), env="miniwob")
+        for label in page.labels:
+            page.checked = label
+            state = page.state()
+            mem = EpisodeMemory.replay(page.instruction(), state)
+            queries.append(Query(task, mem, state, "click [12]", page.admissible()))
+    batch = model.predict_batch(queries)
+    assert batch == [model.predict_batch([q])[0] for q in queries]
+    assert sum(o.won for o in batch) == 2  # one right radio per page
+
+
+def test_page_variants_swap_a_target_and_keep_typed_values(model: GroundedModel) -> None:
+    page = _Page(3)
+    variants = page_variants(page.instruction(), page.state(), random.Random(0), 10)
+    assert sorted(variants) == sorted(
+        f"Select {x} and click Submit." for x in page.labels if x != page.target
+    )
+    typed = render_state([Element(5, "textbox", "", ""), Element(6, "button", "Submit")], LOADED)
+    assert page_variants('Enter "Joye" and press Submit.', typed, random.Random(0), 5) == []
+    task = make_task(page.task_id, page.instruction(), env="miniwob")
+    assert len(model.variants(task, 2, 0)) == 2
+
+
+def test_policy_reads_a_page_command_with_its_element() -> None:
+    page = _Page(2)
+    commands = page.admissible()
+    described = describe_commands(page.state(), commands)
+    assert described is not None
+    assert f"{page.click(page.target)} radio: {page.target} (unchecked)" in described
+    assert describe_commands("Location: Hall\nFeedback: x", ["go east"]) is None
+    mem = EpisodeMemory.replay(page.instruction(), page.state())
+    target, other = page.click(page.target), page.click(page.labels[(2 + 1) % 4])
+    rows = {c: command_scalars(mem, c, t) for c, t in zip(commands, described, strict=True)}
+    goal_overlap = len(VERBS) + 1  # overlap with the sentence ahead (after the verb one-hot)
+    assert rows[target][goal_overlap] > rows[other][goal_overlap]
+    assert np.isclose(
+        command_scalars(mem, target)[goal_overlap], command_scalars(mem, other)[goal_overlap]
+    )
