@@ -207,7 +207,7 @@ class Featurizer:
         mem = self.memory(obs)
         commands = tuple(obs.admissible)
         # on a web page a bare ``click [10]`` says nothing: read it with its element
-        described = describe_commands(obs.state, commands) or list(commands)
+        described = describe_commands(obs.state, commands, obs.instruction) or list(commands)
         goal = mem.current_step if self.design == "full" else obs.instruction
         texts = [goal, mem.surroundings, mem.inventory or "nothing", mem.last_action or "start"]
         ctx = self.encoder(texts)

@@ -245,17 +245,39 @@ def admissible_actions(
     return sorted(dict.fromkeys(actions))[:limit]
 
 
-def describe_commands(state: str, commands: Sequence[str]) -> list[str] | None:
-    """Each command with the line of the element it acts on (``click [10]`` ->
-    ``click [10] radio: pC (unchecked)``): what a policy must read to tell two clicks
-    apart. None when ``state`` is not a page."""
+def describe_commands(
+    state: str, commands: Sequence[str], instruction: str = ""
+) -> list[str] | None:
+    """Each command with what it acts on (``click [10]`` -> ``click [10] radio: pC
+    (unchecked)``): what a policy must read to tell two clicks apart. A field shows its
+    label, not its value, and a select no options: every option named in each ``select``
+    command would make them all look like the one the instruction names. Typing the value
+    the instruction names right after the field's label ("the username \"annis\"") is
+    marked ``as asked``: which value goes in which field is word order, which a bag of
+    words cannot see. None when ``state`` is not a page."""
     page = parse_page(state)
     if page is None:
         return None
-    lines = {e.ref: e.render().split("] ", 1)[-1] for e in page}
+    by_ref = {e.ref: e for e in page}
+    said = " ".join(instruction.lower().split())
     out = []
     for c in commands:
         parsed = parse_action(c)
-        line = lines.get(parsed.ref) if parsed is not None else None
-        out.append(f"{c} {line}" if line else c)
+        e = by_ref.get(parsed.ref) if parsed is not None else None
+        if e is None:
+            out.append(c)
+            continue
+        text = f"{c} {_described(e)}"
+        noun = e.text.lower().split()[-1] if e.text else ""  # "Verify password": password
+        if parsed.verb == "type" and noun and f'{noun} "{parsed.arg.lower()}"' in said:
+            text += " as asked"
+        out.append(text)
     return out
+
+
+def _described(e: Element) -> str:
+    if e.kind in ("checkbox", "radio"):
+        return f"{e.kind}: {e.text} ({'checked' if e.checked else 'unchecked'})"
+    if e.kind == "select":
+        return e.kind
+    return f"{e.kind}: {e.text}".rstrip(": ")

@@ -19,6 +19,10 @@ Reward and termination come from two class-balanced logistic regressions (won, l
 features of the command against the instruction's steps and the episode's instruction
 pointer (components/memory.py); their thresholds are chosen on held-out train games
 (rewards are rare: ~5% of transitions). A replayed outcome keeps its recorded reward.
+Two envs get more: on web pages (MiniWoB++, ``pages``) an action's effect is the page
+edit of grounded_page.py and the classifiers also see how the page's values meet the
+instruction; on ScienceWorld tasks (``science``) they see grounded_science.py's focus /
+box / circuit relations and a word prior learned out of fold.
 Admissible commands of the next state: recorded ones for that world state, else composed
 from the compact state by TextWorld's command grammar (grounded_commands.py: what is held,
 open, closed, locked, on or in what), else (a state that does not parse) those of the
@@ -33,7 +37,8 @@ so fidelity and the judge read both models the same way.
 query they decide. The classifiers predict with numpy (torch only fits them).
 
 The state text (parse, render, edit operators) is in grounded_state.py, the outcome, its
-features and classifiers in grounded_outcome.py, fitting in grounded_fit.py.
+features and classifiers in grounded_outcome.py, fitting in grounded_fit.py, the page and
+ScienceWorld parts in grounded_page.py and grounded_science.py.
 """
 
 from __future__ import annotations

@@ -254,6 +254,25 @@ def test_policy_reads_a_page_command_with_its_element() -> None:
     assert described is not None
     assert f"{page.click(page.target)} radio: {page.target} (unchecked)" in described
     assert describe_commands("Location: Hall\nFeedback: x", ["go east"]) is None
+    form = render_state(
+        [
+            Element(4, "select", "", "Cuba", ("Cuba", "Chad")),
+            Element(7, "textbox", "Username", ""),
+            Element(8, "password", "Password", ""),
+        ],
+        LOADED,
+    )
+    asked = 'Select Chad and enter the username "ann" and the password "x1".'
+    said = describe_commands(
+        form, ['select [4] "Cuba"', 'type [7] "ann"', 'type [7] "x1"', 'type [8] "x1"'], asked
+    )
+    # no select command names the others' options; the value the label asks for is marked
+    assert said == [
+        'select [4] "Cuba" select',
+        'type [7] "ann" textbox: Username as asked',
+        'type [7] "x1" textbox: Username',
+        'type [8] "x1" password: Password as asked',
+    ]
     mem = EpisodeMemory.replay(page.instruction(), page.state())
     target, other = page.click(page.target), page.click(page.labels[(2 + 1) % 4])
     rows = {c: command_scalars(mem, c, t) for c, t in zip(commands, described, strict=True)}
