@@ -258,6 +258,12 @@ class RLConfig(_Section):
         "synthetic (each train task's success in the seed's own DreamGym episodes, so the "
         "first real rounds go where the dream was uncertain)",
     )
+    dreamgym_tasks_per_iteration: int | None = Field(
+        None,
+        ge=1,
+        description="DreamGym rounds' task batch (None: the algorithm's own); a synthetic "
+        "episode holds no simulator, so rounds can be larger than an env's real ones",
+    )
     dreamgym_iterations: int | None = Field(
         72,
         ge=1,

@@ -24,7 +24,8 @@ from typing import Any, Protocol
 
 from components.envs.base import ADMISSIBLE, Env
 
-POLICIES = ("expert", "noisy", "random", "explore")
+EXPERT = "expert"  # follows the game's walkthrough
+POLICIES = (EXPERT, "noisy", "random", "explore")
 
 # objects that no generated game contains, and verbs that fit no object
 _MISSING_OBJECTS = (

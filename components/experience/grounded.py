@@ -22,7 +22,10 @@ pointer (components/memory.py); their thresholds are chosen on held-out train ga
 Two envs get more: on web pages (MiniWoB++, ``pages``) an action's effect is the page
 edit of grounded_page.py and the classifiers also see how the page's values meet the
 instruction; on ScienceWorld tasks (``science``) they see grounded_science.py's focus /
-box / circuit relations and a word prior learned out of fold.
+box / circuit relations and a word prior learned out of fold, a win (replayed ones too)
+needs what every real win of its kind had (``WinGate``), ``go to <room>`` walks only
+through an open door, and every command list also holds the game's expert-path commands
+in view (as the real env's lists do).
 Admissible commands of the next state: recorded ones for that world state, else composed
 from the compact state by TextWorld's command grammar (grounded_commands.py: what is held,
 open, closed, locked, on or in what), else (a state that does not parse) those of the
@@ -73,7 +76,14 @@ from components.experience.grounded_page import (
     page_variants,
     render_page,
 )
-from components.experience.grounded_science import WordPrior
+from components.experience.grounded_science import (
+    PARTS,
+    WinGate,
+    WordPrior,
+    door_shut,
+    science_parse,
+    win_conditions,
+)
 from components.experience.grounded_state import (  # noqa: F401
     _NEUTRAL,
     EDIT_OPERATORS,
@@ -97,6 +107,7 @@ from components.memory import OPPOSITE, EpisodeMemory, instruction_steps, words
 from components.schema import Task, Trajectory, Transition
 
 MODEL_FILE = "grounded.pkl"
+GOLD = "gold:"  # cache keys of the expert-path commands in view
 FORMAT_VERSION = 1
 # saved models name the classifiers' class by the path they always had (this module):
 # saves load before and after the split, byte for byte the same
@@ -164,6 +175,10 @@ class GroundedModel:
     pages: bool = False  # fitted on web pages (MiniWoB++): page edits and page features
     science: bool = False  # fitted on ScienceWorld tasks: science features, word prior
     word_prior: WordPrior | None = None
+    win_gate: WinGate | None = None  # ScienceWorld: what every real win of a task kind had
+    # ScienceWorld: each game's expert path; its real env lists the path's commands that
+    # name things in view, so a composed list must too (the policy learned to look there)
+    gold_path: dict[str, tuple[str, ...]] = field(default_factory=dict)
     fit_stats: dict[str, Any] = field(default_factory=dict)
     _cache: _Cache = field(default_factory=_Cache, repr=False, compare=False)
 
@@ -195,7 +210,11 @@ class GroundedModel:
     def variants(self, seed: Task, n: int, iteration: int) -> list[str]:
         """Up to ``n`` new instructions in ``seed``'s game: an earlier step of a multi-step
         instruction as the goal, or another object this game holds as the thing to get
-        (a page: the same page with another target, ``page_variants``)."""
+        (a page: the same page with another target, ``page_variants``; ScienceWorld: none)."""
+        if self.science:
+            # TextWorld's grammar made "Take the nothing; a couch from the chair is." of a
+            # ScienceWorld room, and no variant of the dreamt runs was ever won (0 of 1,152)
+            return []
         rng = random.Random(f"{self.settings.seed}:{seed.task_id}:{iteration}")
         game = seed.parent_task_id if seed.generated and seed.parent_task_id else seed.task_id
         if self.pages:  # the same page with another target
@@ -273,7 +292,13 @@ class GroundedModel:
                 ],
                 np.float32,
             )
-            for d, (won, lost, score) in zip(pending, self._classify_rows(feats), strict=True):
+            allowed = None
+            if self.win_gate is not None:
+                allowed = np.asarray(
+                    [self._win_possible(d.memory, d.state, d.action) for d in pending]
+                )
+            rows = self._classify_rows(feats, allowed)
+            for d, (won, lost, score) in zip(pending, rows, strict=True):
                 d.decide(won, lost, score)
         return [d.outcome() for d in drafts]
 
@@ -292,6 +317,11 @@ class GroundedModel:
                     why = "This command was seen in this state of this game: same outcome."
                     if evidence == SYNTHETIC_REPLAY:
                         why = "This command was dreamt in this state before: same outcome."
+                    if won and not self._win_possible(memory, state, action):
+                        # a focus or a connect leaves the state as it was: the recorded
+                        # win needed what this episode has not done
+                        won = False
+                        why = "Seen winning here, but not without what every win needed."
                     draft = _Draft(ns, bool(won), bool(lost), adm, evidence, fallback, why)
                     draft.score = float(bool(won))  # a recorded outcome is certain
                     if _is_generated(task):  # whether it is won is judged anew
@@ -301,11 +331,14 @@ class GroundedModel:
         if self.pages and (edited := page_edit(state, action)) is not None:
             return self._page_draft(query, edited)
         location, surroundings, inventory = split_cached(state)
-        verb, x, prep, y = _parse(action)
+        verb, x, prep, y = science_parse(action) if self.science else _parse(action)
         valid = action in admissible
         nloc, nsur, ninv = location, surroundings, inventory
         evidence = EDIT
-        if verb == "go" and valid:
+        shut = door_shut(surroundings, x) if self.science and verb == "go" else None
+        if shut is not None:  # ScienceWorld walks only through an open door of this room
+            evidence, why, feedback = EDIT, f"The way to the {x} is not open from here.", shut
+        elif verb == "go" and valid:
             dests = self.exits.get((tid, location, x)) if self.settings.replay else None
             if dests:
                 nloc = _top(dests)
@@ -315,6 +348,12 @@ class GroundedModel:
                     nsur = _top(self.room_views[(tid, nloc)])
                 evidence, why = MAP, f"Going {x} from the {location} leads to the {nloc}."
                 feedback = f"You are in the {nloc}."
+            elif (named := self._named_room(tid, x)) not in (None, location):
+                # ScienceWorld names where it goes ("go to hallway"): a room of this game
+                nloc = named
+                nsur = (rooms or {}).get(nloc) or _top(self.room_views[(tid, nloc)])
+                evidence, why = MAP, f"The command names the {nloc}, a room of this game."
+                feedback = f"You move to the {nloc}."
             elif (guess := self._guess_room(tid, location, x)) is not None:
                 nloc = guess
                 nsur = (rooms or {}).get(nloc) or _top(self.room_views[(tid, nloc)])
@@ -402,12 +441,24 @@ class GroundedModel:
                 return text
         return UNCHANGED_FEEDBACK
 
-    def _classify_rows(self, feats: np.ndarray) -> list[tuple[bool, bool, float]]:
-        """(won, lost, won score) per feature row: each classifier called once."""
+    def _win_possible(self, memory: EpisodeMemory, state: str, action: str) -> bool:
+        """Whether ``action`` may win here: ScienceWorld's gate (``WinGate``), else always."""
+        if self.win_gate is None:
+            return True
+        conditions = win_conditions(memory, state, action)
+        return self.win_gate.allows(memory.instruction, action, conditions)
+
+    def _classify_rows(
+        self, feats: np.ndarray, allowed: np.ndarray | None = None
+    ) -> list[tuple[bool, bool, float]]:
+        """(won, lost, won score) per feature row: each classifier called once; a row
+        ``allowed`` marks False is never won."""
         n = len(feats)
         if self.won_model is not None:
             scores = self.won_model.proba(feats).astype(np.float64)
             won = scores >= self.won_threshold  # compared as Python floats (float64)
+            if allowed is not None:
+                won &= allowed
         else:
             scores, won = np.zeros(n), np.zeros(n, dtype=bool)
         lost = np.zeros(n, dtype=bool)
@@ -419,6 +470,25 @@ class GroundedModel:
         ]
 
     def _admissible(
+        self, task_id: str, next_state: str, current: Sequence[str]
+    ) -> tuple[tuple[str, ...], bool]:
+        """The next state's commands (and whether they are a fallback's)."""
+        adm, fallback = self._listed(task_id, next_state, current)
+        gold = self.gold_path.get(task_id)
+        if not gold:
+            return adm, fallback
+        # as the ScienceWorld env lists them: every expert-path command naming what is in
+        # view (a recorded list holds only the step's own; a connect changes no text)
+        key = (GOLD + task_id, _world_key(next_state))
+        seen = self._cache.admissible.get(key)
+        if seen is None:
+            _, surroundings, inventory = split_cached(next_state)
+            present = frozenset(words(surroundings + " " + inventory)) | _NEUTRAL | PARTS
+            seen = (tuple(a for a in dict.fromkeys(gold) if _content(a) <= present), False)
+            self._cache.remember_admissible(key, seen)
+        return tuple(dict.fromkeys([*seen[0], *adm])), fallback
+
+    def _listed(
         self, task_id: str, next_state: str, current: Sequence[str]
     ) -> tuple[tuple[str, ...], bool]:
         key = (task_id, _world_key(next_state))
@@ -451,6 +521,11 @@ class GroundedModel:
                 c for adm in self.admissible_by_state.values() for c in adm
             )
         return self._cache.roles
+
+    def _named_room(self, task_id: str, where: str) -> str | None:
+        """The room of this game that ``go``'s object names, if real data showed it."""
+        name = where.removeprefix("to ").strip()
+        return name if name and self.room_views.get((task_id, name)) else None
 
     def _room_candidates(
         self, task_id: str, location: str

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from components.data.policies import EXPERT
 from components.experience.grounded_outcome import (
     _LogisticRegression,
     best_f1_threshold,
@@ -16,7 +17,13 @@ from components.experience.grounded_outcome import (
     outcome_features,
 )
 from components.experience.grounded_page import page_edit, page_template, parse_page, render_page
-from components.experience.grounded_science import WordPrior, is_science
+from components.experience.grounded_science import (
+    WinGate,
+    WordPrior,
+    is_science,
+    science_parse,
+    win_conditions,
+)
 from components.experience.grounded_state import (
     EDIT_OPERATORS,
     apply_edit,
@@ -54,9 +61,16 @@ def fit_tables(model: GroundedModel, trajectories: Sequence[Trajectory]) -> dict
     model.science = not model.pages and is_science(t.steps[0].instruction for t in real)
     prior = WordPrior()
     if model.science:
-        for _, s, was_lost in episode_rows(real):
+        wins = []
+        for mem, s, was_lost in episode_rows(real):
             prior.add(s.task_id, s.instruction, s.action, s.reward == 1, was_lost)
+            if s.reward == 1:
+                wins.append((s.instruction, s.action, win_conditions(mem, s.state, s.action)))
         model.word_prior = prior.frozen()
+        model.win_gate = WinGate.fit(wins)
+        for t in real:
+            if t.policy == EXPERT and t.success:
+                model.gold_path.setdefault(t.task_id, tuple(s.action for s in t.steps))
     for mem, s, was_lost in episode_rows(real):
         _index(model, s, was_lost)
         feats.append(
@@ -74,7 +88,7 @@ def fit_tables(model: GroundedModel, trajectories: Sequence[Trajectory]) -> dict
         if model.pages:
             _fit_page_step(model, s, page_hits)
             continue
-        verb, x, prep, y = parse_command(s.action)
+        verb, x, prep, y = (science_parse if model.science else parse_command)(s.action)
         loc0, sur0, inv0 = split_state(s.state)
         loc1, sur1, inv1 = split_state(s.next_state)
         valid = bool(s.admissible_actions and s.action in s.admissible_actions)
@@ -129,7 +143,7 @@ def _index(model: GroundedModel, s: Transition, lost: bool) -> None:
         model.admissible_by_state[(s.task_id, key)] = adm
         loc, _, _ = split_state(s.state)
         model.states_by_room[(s.task_id, loc)].append((key, adm))
-    verb, x, _, _ = parse_command(s.action)
+    verb, x, _, _ = (science_parse if model.science else parse_command)(s.action)
     loc0, _, _ = split_state(s.state)
     loc1, sur1, _ = split_state(s.next_state)
     if verb == "go" and loc1 != loc0:

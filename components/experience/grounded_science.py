@@ -8,6 +8,12 @@ measures those relations against the episode so far, and ``WordPrior`` adds what
 data says of the command's words under its verb (which animal lives longest is not in
 the instruction: it is in which ``focus on`` won). The prior of a training row counts
 only the other games (out of fold): a game's own outcome must not leak into its feature.
+
+A linear classifier still wins where real data never went: RL found that ``wait1`` right
+after the focus "powers" the bulb, and that a move into the box wins with no focus at
+all. ``WinGate`` learns, per kind of task, the verbs that won and the relations that held
+in *every* real win (the bulb's four connects, the focus before the move), and the model
+grants a win only where they hold.
 """
 
 from __future__ import annotations
@@ -81,6 +87,122 @@ def _keys(instruction: str, command: str) -> list[tuple[str, ...]]:
     kind = _kind(instruction)
     words = command_content(command)
     return [*((verb, w) for w in words), *((kind, verb, w) for w in words)]
+
+
+@dataclass(frozen=True)
+class WinGate:
+    """Per kind of task: the verbs that won in real data and the win conditions (of
+    ``win_conditions``) that held in every real win; kinds with fewer wins are not gated."""
+
+    verbs: dict[str, frozenset[str]]
+    conditions: dict[str, frozenset[str]]
+    min_wins: int = 3
+
+    @classmethod
+    def fit(cls, wins: Iterable[tuple[str, str, frozenset[str]]], min_wins: int = 3) -> WinGate:
+        """From (instruction, command, its win conditions) of every real winning step."""
+        verbs: dict[str, set[str]] = {}
+        held: dict[str, frozenset[str]] = {}
+        count: Counter = Counter()
+        for instruction, command, conditions in wins:
+            kind = _kind(instruction)
+            count[kind] += 1
+            verbs.setdefault(kind, set()).add(_verb(command))
+            held[kind] = held[kind] & conditions if kind in held else conditions
+        kinds = [k for k in count if count[k] >= min_wins]
+        return cls({k: frozenset(verbs[k]) for k in kinds}, {k: held[k] for k in kinds}, min_wins)
+
+    def allows(self, instruction: str, command: str, conditions: frozenset[str]) -> bool:
+        """Whether a win is possible here: a verb that won this kind, every condition held."""
+        gate = self.gate_of(_kind(instruction))
+        if gate is None:
+            return True
+        verbs, needed = gate
+        return _verb(command) in verbs and needed <= conditions
+
+    def gate_of(self, kind: str) -> tuple[frozenset[str], frozenset[str]] | None:
+        """(verbs, conditions) of ``kind``; an unseen kind ("turn on the blue light bulb")
+        takes the kinds sharing most of its words (any verb of them, the conditions all
+        of them need); None where none shares two words."""
+        if kind in self.verbs:
+            return self.verbs[kind], self.conditions[kind]
+        words = set(kind.split())
+        overlap = {k: len(words & set(k.split())) for k in self.verbs}
+        best = max(overlap.values(), default=0)
+        if best < 2:
+            return None
+        near = [k for k, n in overlap.items() if n == best]
+        verbs = frozenset().union(*(self.verbs[k] for k in near))
+        return verbs, frozenset.intersection(*(self.conditions[k] for k in near))
+
+
+def win_conditions(mem: EpisodeMemory, state: str, command: str) -> frozenset[str]:
+    """The relations of ``command`` to the task and the episode so far a win may need."""
+    verb = _verb(command)
+    cw = command_content(command)
+    focused = [c for c in mem.used if c.startswith("focus on ")]
+    focus_words = frozenset().union(*(command_content(c) for c in focused))
+    moved = command_content(command.split(" to ", 1)[0])
+    boxes = set(_BOX.findall(mem.instruction.lower()))
+    connects = sum(n for c, n in mem.used.items() if c.startswith("connect "))
+    out = {f"connects>={k}" for k in range(1, _MAX_CONNECTS + 1) if connects >= k}
+    out |= {f"used {_verb(c)}" for c in mem.used}  # the paint was mixed, a door opened ...
+    match = _FOCUS.search(mem.instruction)
+    target = content_words(match.group(1)) if match else frozenset()
+    if target and cw and cw <= target:
+        out.add("names the focus target")  # the green paint, not the blue one
+    if target and target <= focus_words:
+        out.add("focused on the target before")  # the bulb to power
+    if focused:
+        out.add("focused before")
+    if verb == "focus" or focused:
+        out.add("focus")
+    if verb == "move" and moved and moved <= focus_words:
+        out.add("moves the focused thing")
+    if any(f"to {b} box" in command.lower() for b in boxes):
+        out.add("to the named box")
+    if any(f"{b} box" in state.lower() for b in boxes):
+        out.add("the box is here")
+    if cw and cw <= content_words(state):
+        out.add("named in the state")
+    return frozenset(out)
+
+
+# parts a command names that a state's text does not list (a battery's anode, a wire's
+# terminals), and look around: in view wherever their device or room is
+PARTS = frozenset({"anode", "cathode", "terminal", "1", "2", "around"})
+_PARTICLES = ("on ", "at ", "in ", "up ", "to ", "down ")
+_SCIENCE_PREPS = (" to ", " on ", " in ", " into ")
+
+
+@lru_cache(maxsize=1 << 14)
+def science_parse(command: str) -> tuple[str, str, str, str]:
+    """(verb, object, preposition, second object) of a ScienceWorld command: the verb's
+    particle dropped ("focus on X" -> X, "pick up X" -> X), "move / connect X to Y" split."""
+    verb, _, rest = command.strip().partition(" ")
+    rest = rest.strip()
+    for particle in _PARTICLES:
+        if rest.startswith(particle):
+            rest = rest[len(particle) :]
+            break
+    for prep in _SCIENCE_PREPS:
+        if prep in rest:
+            x, y = rest.split(prep, 1)
+            return verb.lower(), x.strip(), prep.strip(), y.strip()
+    return verb.lower(), rest, "", ""
+
+
+def door_shut(surroundings: str, room: str) -> str | None:
+    """ScienceWorld's answer to ``go to <room>`` when the way is not open (None if it is):
+    a closed door to it, or no door to it from here."""
+    match = re.search(rf"door to the {re.escape(room)} \(that is (open|closed)\)", surroundings)
+    if match is None:
+        return "It's not clear how to get there from here."
+    return None if match.group(1) == "open" else "The door is not open."
+
+
+def _verb(command: str) -> str:
+    return command.split(" ", 1)[0].lower()
 
 
 def science_features(

@@ -119,6 +119,8 @@ def algo_config(cfg: Config, algo: str, kind: str, seed: int) -> RLAlgoConfig:
     update: dict[str, Any] = {"seed": seed}
     if kind == DREAMGYM and cfg.rl.dreamgym_iterations is not None:
         update["iterations"] = cfg.rl.dreamgym_iterations
+    if kind == DREAMGYM and cfg.rl.dreamgym_tasks_per_iteration is not None:
+        update["tasks_per_iteration"] = cfg.rl.dreamgym_tasks_per_iteration
     if kind == S2R and cfg.rl.s2r_tasks_per_iteration is not None:
         update["tasks_per_iteration"] = cfg.rl.s2r_tasks_per_iteration
     if kind == S2R and cfg.rl.s2r_aggregation is not None:

@@ -42,6 +42,12 @@ def test_s2r_runs_get_their_own_rounds_and_aggregation() -> None:
     assert s2r.aggregation == cfg.rl.s2r_aggregation == "episode"
     assert s2r.tasks_per_iteration == cfg.rl.s2r_tasks_per_iteration and s2r.seed == 1
     assert dream.iterations == cfg.rl.dreamgym_iterations
+    assert dream.tasks_per_iteration == real.tasks_per_iteration  # null: the algorithm's own
+    wide = cfg.model_copy(
+        update={"rl": cfg.rl.model_copy(update={"dreamgym_tasks_per_iteration": 3})}
+    )
+    assert algo_config(wide, "grpo", DREAMGYM, 1).tasks_per_iteration == 3
+    assert algo_config(wide, "grpo", REAL, 1).tasks_per_iteration == real.tasks_per_iteration
 
 
 def test_capped_env_list_takes_exactly_its_budget() -> None:

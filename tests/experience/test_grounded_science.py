@@ -12,9 +12,12 @@ from functools import partial
 from components.experience.grounded import GroundedModel, GroundedSettings
 from components.experience.grounded_science import (
     SCIENCE_FEATURES,
+    WinGate,
     WordPrior,
     is_science,
     science_features,
+    science_parse,
+    win_conditions,
 )
 from components.memory import EpisodeMemory
 from components.schema import Trajectory
@@ -103,3 +106,111 @@ def test_fitted_model_judges_unseen_games() -> None:
         mem.update(f"focus on baby {ANIMALS[g]}", focus.next_state)
         move = model.predict(task, mem, focus.next_state, f"move baby {ANIMALS[g]} to red box", [])
         assert move.won
+
+
+def test_fitted_model_grants_no_win_without_the_focus() -> None:
+    model = GroundedModel(GroundedSettings(seed=0))
+    model.fit(_episodes(range(6)))
+    assert model.win_gate is not None
+    task = make_task("sw-find-animal-7", INSTRUCTION, env="scienceworld")
+    start = _state(7, "You look around the kitchen.")
+    mem = EpisodeMemory.replay(INSTRUCTION, start)
+    # every real win moved a focused thing: the same move with no focus before cannot win
+    move = model.predict(task, mem, start, f"move baby {ANIMALS[7]} to red box", [])
+    assert not move.won
+    # nor in a game real data won: a focus leaves the state as it was, so the recorded
+    # winning move of game 0 is found under the same key with or without the focus
+    seen = make_task("sw-find-animal-0", INSTRUCTION, env="scienceworld")
+    start = _state(0, "You look around the kitchen.")
+    mem = EpisodeMemory.replay(INSTRUCTION, start)
+    replayed = model.predict(seen, mem, start, f"move baby {ANIMALS[0]} to red box", [])
+    assert replayed.evidence == "replay" and not replayed.won
+    mem.update(f"focus on baby {ANIMALS[0]}", _state(0, f"You focus on the baby {ANIMALS[0]}."))
+    assert model.predict(seen, mem, start, f"move baby {ANIMALS[0]} to red box", []).won
+
+
+BULB = (
+    "Your task is to turn on the red light bulb. First, focus on the red light bulb. "
+    "Then, create an electrical circuit that powers it on."
+)
+WIRES = ("connect battery anode to red wire", "connect battery cathode to blue wire",
+         "connect red wire to bulb anode", "connect blue wire to bulb cathode")  # fmt: skip
+
+
+def _bulb_win(connects: int, last: str) -> tuple[str, str, frozenset[str]]:
+    mem = EpisodeMemory.replay(BULB, "Location: workshop\nHere: a battery")
+    mem.update("focus on red light bulb", "Location: workshop\nHere: a battery")
+    for command in WIRES[:connects]:
+        mem.update(command, "Location: workshop\nHere: a battery")
+    return BULB, last, win_conditions(mem, "Location: workshop\nHere: a battery", last)
+
+
+def test_win_gate_needs_what_every_real_win_had() -> None:
+    gate = WinGate.fit([_bulb_win(3, WIRES[3]), _bulb_win(4, "wait1"), _bulb_win(3, WIRES[3])])
+    assert gate.allows(*_bulb_win(4, "wait1"))
+    assert not gate.allows(*_bulb_win(0, "wait1"))  # the dreamt shortcut: wait, no circuit
+    assert not gate.allows(*_bulb_win(1, WIRES[1]))
+    assert not gate.allows(*_bulb_win(4, "look around"))  # a verb that never won
+    # an unseen kind of the same family ("the blue light bulb") takes the red bulb's gate
+    blue = BULB.replace("red", "blue")
+    assert not gate.allows(blue, "wait1", _bulb_win(0, "wait1")[2])
+    assert gate.allows(blue, "wait1", _bulb_win(4, "wait1")[2])
+    # a kind sharing nothing is not gated; one with too few wins neither
+    assert gate.allows("Focus on the rock.", "wait1", frozenset())
+    assert WinGate.fit([_bulb_win(3, WIRES[3])]).allows(*_bulb_win(0, "wait1"))
+
+
+def test_science_parse_drops_the_particle_and_splits_to() -> None:
+    assert science_parse("focus on red light bulb") == ("focus", "red light bulb", "", "")
+    assert science_parse("pick up baby beaver") == ("pick", "baby beaver", "", "")
+    assert science_parse("connect battery anode to red wire terminal 1") == (
+        "connect", "battery anode", "to", "red wire terminal 1",
+    )  # fmt: skip
+    assert science_parse("go to hallway") == ("go", "hallway", "", "")
+
+
+def test_go_to_a_room_of_the_game_goes_there() -> None:
+    hall = "Location: hallway\nHere: a painting\nInventory: an orange\nFeedback: You move."
+    walk = [
+        make_step("sw-find-animal-0-h", 0, _state(0, "start"), "go to hallway", hall,
+                  task_id="sw-find-animal-0", instruction=INSTRUCTION),
+    ]  # fmt: skip
+    model = GroundedModel(GroundedSettings(seed=0))
+    model.fit([*_episodes(range(6)), trajectory_of(walk)])
+    task = make_task("sw-find-animal-0", INSTRUCTION, env="scienceworld")
+    cellar = (
+        "Location: cellar\nHere: a shelf; A door to the hallway (that is open)\n"
+        "Inventory: an orange\nFeedback: You look around."
+    )
+    mem = EpisodeMemory.replay(INSTRUCTION, cellar)
+    # no real step went from the cellar, but the command names a room this game has
+    out = model.predict(task, mem, cellar, "go to hallway", ["go to hallway"])
+    assert out.next_state.startswith("Location: hallway") and out.evidence == "map"
+    # as in ScienceWorld: not through a closed door, nor where no door leads
+    shut = cellar.replace("(that is open)", "(that is closed)")
+    out = model.predict(task, mem, shut, "go to hallway", ["go to hallway"])
+    assert out.next_state.startswith("Location: cellar") and "not open" in out.next_state
+    out = model.predict(task, mem, cellar, "go to kitchen", ["go to kitchen"])
+    assert out.next_state.startswith("Location: cellar") and "not clear" in out.next_state
+
+
+def test_a_composed_command_list_holds_the_expert_path_in_view() -> None:
+    # the real env lists the expert's next commands among the others; a dreamt state the
+    # data never showed gets them too, where they name what is in view
+    look = [
+        make_step("sw-find-animal-0-look", 0, _state(0, "start"), "look around",
+                  _state(0, "You look around."), task_id="sw-find-animal-0",
+                  instruction=INSTRUCTION, admissible_actions=["look at granite rock", "wait1"],
+                  policy="random"),
+    ]  # fmt: skip
+    model = GroundedModel(GroundedSettings(seed=0))
+    model.fit([*_episodes(range(6)), trajectory_of(look)])
+    assert model.gold_path["sw-find-animal-0"] == (
+        "focus on baby beaver", "move baby beaver to red box",
+    )  # fmt: skip
+    unseen = _state(0, "x").replace("; a granite rock", "; a granite rock; a chair")
+    adm, fallback = model._admissible("sw-find-animal-0", unseen, [])
+    assert fallback and {"focus on baby beaver", "look at granite rock", "wait1"} <= set(adm)
+    gone = unseen.replace("; a baby beaver", "")  # the beaver is not in view: not listed
+    adm, _ = model._admissible("sw-find-animal-0", gone, [])
+    assert "focus on baby beaver" not in adm and "wait1" in adm
