@@ -24,8 +24,8 @@ edit of grounded_page.py and the classifiers also see how the page's values meet
 instruction; on ScienceWorld tasks (``science``) they see grounded_science.py's focus /
 box / circuit relations and a word prior learned out of fold, a win (replayed ones too)
 needs what every real win of its kind had (``WinGate``), ``go to <room>`` walks only
-through an open door, and every command list also holds the game's expert-path commands
-in view (as the real env's lists do).
+through an open door (the door walked through is open on the other side too), and every
+command list also holds the expert's next command (as the real env's lists do).
 Admissible commands of the next state: recorded ones for that world state, else composed
 from the compact state by TextWorld's command grammar (grounded_commands.py: what is held,
 open, closed, locked, on or in what), else (a state that does not parse) those of the
@@ -49,7 +49,7 @@ from __future__ import annotations
 import pickle
 import random
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -77,11 +77,12 @@ from components.experience.grounded_page import (
     render_page,
 )
 from components.experience.grounded_science import (
-    PARTS,
     WinGate,
     WordPrior,
-    door_shut,
+    door_open_behind,
+    next_gold,
     science_parse,
+    science_rule,
     win_conditions,
 )
 from components.experience.grounded_state import (  # noqa: F401
@@ -107,7 +108,6 @@ from components.memory import OPPOSITE, EpisodeMemory, instruction_steps, words
 from components.schema import Task, Trajectory, Transition
 
 MODEL_FILE = "grounded.pkl"
-GOLD = "gold:"  # cache keys of the expert-path commands in view
 FORMAT_VERSION = 1
 # saved models name the classifiers' class by the path they always had (this module):
 # saves load before and after the split, byte for byte the same
@@ -313,7 +313,7 @@ class GroundedModel:
             for table, evidence in ((self.exact, REPLAY), (self.synthetic, SYNTHETIC_REPLAY)):
                 if key in table:
                     ns, _, won, lost = _top(table[key])
-                    adm, fallback = self._admissible(tid, ns, admissible)
+                    adm, fallback = self._admissible(tid, ns, admissible, _played(memory, action))
                     why = "This command was seen in this state of this game: same outcome."
                     if evidence == SYNTHETIC_REPLAY:
                         why = "This command was dreamt in this state before: same outcome."
@@ -335,9 +335,11 @@ class GroundedModel:
         valid = action in admissible
         nloc, nsur, ninv = location, surroundings, inventory
         evidence = EDIT
-        shut = door_shut(surroundings, x) if self.science and verb == "go" else None
-        if shut is not None:  # ScienceWorld walks only through an open door of this room
-            evidence, why, feedback = EDIT, f"The way to the {x} is not open from here.", shut
+        fixed = None
+        if self.science:
+            fixed = science_rule(verb, x, y, location, surroundings, inventory)
+        if fixed is not None:  # ScienceWorld's own answer: doors, nothing to mix
+            evidence, (why, feedback, nsur) = EDIT, fixed
         elif verb == "go" and valid:
             dests = self.exits.get((tid, location, x)) if self.settings.replay else None
             if dests:
@@ -348,7 +350,7 @@ class GroundedModel:
                     nsur = _top(self.room_views[(tid, nloc)])
                 evidence, why = MAP, f"Going {x} from the {location} leads to the {nloc}."
                 feedback = f"You are in the {nloc}."
-            elif (named := self._named_room(tid, x)) not in (None, location):
+            elif (named := self._named_room(tid, x, rooms)) not in (None, location):
                 # ScienceWorld names where it goes ("go to hallway"): a room of this game
                 nloc = named
                 nsur = (rooms or {}).get(nloc) or _top(self.room_views[(tid, nloc)])
@@ -363,6 +365,8 @@ class GroundedModel:
                 evidence = UNKNOWN_ROOM
                 why = f"Where going {x} from the {location} leads is unknown here."
                 feedback = "You can't go that way."
+            if self.science and nloc != location:
+                nsur = door_open_behind(nsur, location)
         else:
             op = self.edits.get((verb, prep), "none") if valid else "none"
             if op != "none":
@@ -373,7 +377,7 @@ class GroundedModel:
                 f"learned effect: {op.replace('_', ' ')}."
             )
         next_state = render_state(nloc, nsur, ninv, feedback)
-        adm, fallback = self._admissible(tid, next_state, admissible)
+        adm, fallback = self._admissible(tid, next_state, admissible, _played(memory, action))
         draft = _Draft(next_state, False, False, adm, evidence, fallback, why, replayed=False)
         draft.memory, draft.action, draft.current = memory, action, admissible
         draft.state = state
@@ -470,23 +474,21 @@ class GroundedModel:
         ]
 
     def _admissible(
-        self, task_id: str, next_state: str, current: Sequence[str]
+        self,
+        task_id: str,
+        next_state: str,
+        current: Sequence[str],
+        played: Mapping[str, int] | None = None,
     ) -> tuple[tuple[str, ...], bool]:
-        """The next state's commands (and whether they are a fallback's)."""
+        """The next state's commands (and whether they are a fallback's); with ``played``
+        (the episode's commands and counts), also the expert's next one."""
         adm, fallback = self._listed(task_id, next_state, current)
-        gold = self.gold_path.get(task_id)
-        if not gold:
+        nxt = next_gold(self.gold_path.get(task_id, ()), played or {})
+        if nxt is None or nxt in adm:
             return adm, fallback
-        # as the ScienceWorld env lists them: every expert-path command naming what is in
-        # view (a recorded list holds only the step's own; a connect changes no text)
-        key = (GOLD + task_id, _world_key(next_state))
-        seen = self._cache.admissible.get(key)
-        if seen is None:
-            _, surroundings, inventory = split_cached(next_state)
-            present = frozenset(words(surroundings + " " + inventory)) | _NEUTRAL | PARTS
-            seen = (tuple(a for a in dict.fromkeys(gold) if _content(a) <= present), False)
-            self._cache.remember_admissible(key, seen)
-        return tuple(dict.fromkeys([*seen[0], *adm])), fallback
+        # as the ScienceWorld env lists it: the expert's next command, whatever is in view
+        # (every expert command in view let a dreamt mix come before its pours)
+        return (nxt, *adm), fallback
 
     def _listed(
         self, task_id: str, next_state: str, current: Sequence[str]
@@ -522,10 +524,12 @@ class GroundedModel:
             )
         return self._cache.roles
 
-    def _named_room(self, task_id: str, where: str) -> str | None:
-        """The room of this game that ``go``'s object names, if real data showed it."""
+    def _named_room(self, task_id: str, where: str, rooms: dict[str, str] | None) -> str | None:
+        """The room of this game that ``go``'s object names, if real data or this episode
+        showed it."""
         name = where.removeprefix("to ").strip()
-        return name if name and self.room_views.get((task_id, name)) else None
+        known = self.room_views.get((task_id, name)) or name in (rooms or {})
+        return name if name and known else None
 
     def _room_candidates(
         self, task_id: str, location: str
@@ -589,3 +593,10 @@ def _restore(default: Any, v: Any) -> Any:
         out.update(v)
         return out
     return v
+
+
+def _played(memory: EpisodeMemory, action: str) -> dict[str, int]:
+    """The episode's commands with how often each was played, ``action`` included."""
+    played = dict(memory.used)
+    played[action] = played.get(action, 0) + 1
+    return played

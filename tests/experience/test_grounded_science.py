@@ -15,8 +15,11 @@ from components.experience.grounded_science import (
     WinGate,
     WordPrior,
     is_science,
+    mix_refused,
+    next_gold,
     science_features,
     science_parse,
+    science_rule,
     win_conditions,
 )
 from components.memory import EpisodeMemory
@@ -160,6 +163,26 @@ def test_win_gate_needs_what_every_real_win_had() -> None:
     assert WinGate.fit([_bulb_win(3, WIRES[3])]).allows(*_bulb_win(0, "wait1"))
 
 
+def test_win_gate_is_per_winning_verb_and_a_move_wins_only_the_focused_thing() -> None:
+    plant = "Your task is to find a(n) plant. First, focus on the thing. Then, move it."
+
+    def win(focus: str, command: str) -> tuple[str, str, frozenset[str]]:
+        mem = EpisodeMemory.replay(plant, _state(0, "start"))
+        if focus:
+            mem.update(f"focus on {focus}", _state(0, "x"))
+        return plant, command, win_conditions(mem, _state(0, "x"), command)
+
+    pot = "move flower pot 2 containing apple tree in inventory to red box"
+    moves = [win("adult apple tree", pot),
+             win("blue jay", "move egg blue jay egg in inventory to red box"),
+             win("egg frog", "move living thing in inventory to red box")]  # fmt: skip
+    gate = WinGate.fit([*moves, win("", "focus on adult pea plant")])
+    assert all(gate.allows(*m) for m in moves)
+    # the pea plant picked up after focusing on the apple tree: no win, whatever the focus
+    # win of the same kind did not need
+    assert not gate.allows(*win("adult apple tree", "move adult pea plant in inventory to red box"))
+
+
 def test_science_parse_drops_the_particle_and_splits_to() -> None:
     assert science_parse("focus on red light bulb") == ("focus", "red light bulb", "", "")
     assert science_parse("pick up baby beaver") == ("pick", "baby beaver", "", "")
@@ -194,9 +217,37 @@ def test_go_to_a_room_of_the_game_goes_there() -> None:
     assert out.next_state.startswith("Location: cellar") and "not clear" in out.next_state
 
 
-def test_a_composed_command_list_holds_the_expert_path_in_view() -> None:
-    # the real env lists the expert's next commands among the others; a dreamt state the
-    # data never showed gets them too, where they name what is in view
+def test_the_door_walked_through_is_open_on_the_other_side() -> None:
+    # real data first saw the hallway with its cellar door shut; the agent opened it from
+    # the cellar and walked through, so the hallway's view of that door must be open
+    hall = (
+        "Location: hallway\nHere: a painting; A door to the cellar (that is closed)\n"
+        "Inventory: an orange\nFeedback: You move."
+    )
+    walk = [
+        make_step("sw-find-animal-0-h", 0, _state(0, "start"), "go to hallway", hall,
+                  task_id="sw-find-animal-0", instruction=INSTRUCTION),
+    ]  # fmt: skip
+    model = GroundedModel(GroundedSettings(seed=0))
+    model.fit([*_episodes(range(6)), trajectory_of(walk)])
+    task = make_task("sw-find-animal-0", INSTRUCTION, env="scienceworld")
+    cellar = (
+        "Location: cellar\nHere: a shelf; A door to the hallway (that is open)\n"
+        "Inventory: an orange\nFeedback: You look around."
+    )
+    mem = EpisodeMemory.replay(INSTRUCTION, cellar)
+    out = model.predict(task, mem, cellar, "go to hallway", ["go to hallway"])
+    assert out.next_state.startswith("Location: hallway")
+    assert "door to the cellar (that is open)" in out.next_state
+    # the cellar is a room of this episode (real data never showed it): going back works
+    rooms = {"cellar": "a shelf; A door to the hallway (that is open)"}
+    back = model.predict(task, mem, out.next_state, "go to cellar", ["go to cellar"], rooms)
+    assert back.next_state.startswith("Location: cellar") and "shelf" in back.next_state
+
+
+def test_a_composed_command_list_holds_the_expert_next_command_only() -> None:
+    # the real env lists the expert's next command among the others (its pointer moves when
+    # that command is played); a dreamt list gets the same, never a later one before it
     look = [
         make_step("sw-find-animal-0-look", 0, _state(0, "start"), "look around",
                   _state(0, "You look around."), task_id="sw-find-animal-0",
@@ -205,12 +256,38 @@ def test_a_composed_command_list_holds_the_expert_path_in_view() -> None:
     ]  # fmt: skip
     model = GroundedModel(GroundedSettings(seed=0))
     model.fit([*_episodes(range(6)), trajectory_of(look)])
-    assert model.gold_path["sw-find-animal-0"] == (
-        "focus on baby beaver", "move baby beaver to red box",
-    )  # fmt: skip
+    gold = ("focus on baby beaver", "move baby beaver to red box")
+    assert model.gold_path["sw-find-animal-0"] == gold
     unseen = _state(0, "x").replace("; a granite rock", "; a granite rock; a chair")
-    adm, fallback = model._admissible("sw-find-animal-0", unseen, [])
+    adm, fallback = model._admissible("sw-find-animal-0", unseen, [], {"look around": 1})
     assert fallback and {"focus on baby beaver", "look at granite rock", "wait1"} <= set(adm)
-    gone = unseen.replace("; a baby beaver", "")  # the beaver is not in view: not listed
-    adm, _ = model._admissible("sw-find-animal-0", gone, [])
-    assert "focus on baby beaver" not in adm and "wait1" in adm
+    assert "move baby beaver to red box" not in adm  # not before the focus
+    adm, _ = model._admissible("sw-find-animal-0", unseen, [], {"focus on baby beaver": 1})
+    assert "move baby beaver to red box" in adm
+    assert next_gold(gold, {"focus on baby beaver": 1, "move baby beaver to red box": 1}) is None
+    assert next_gold(("go to hall", "go to hall"), {"go to hall": 1}) == "go to hall"
+
+
+def test_mix_needs_two_things_in_the_container() -> None:
+    # real data's mixes nearly all worked: the learned feedback mixed an empty bowl too
+    here = (
+        "a table. On the table is: a bowl (containing nothing); a wood cup (containing blue paint)"
+    )
+    assert mix_refused(here, "bowl") == "That container is empty, so there are no items to mix."
+    assert mix_refused(here, "wood cup") == "There is only one thing (blue paint)"
+    full = here.replace("bowl (containing nothing)", "bowl (containing blue paint, yellow paint)")
+    assert mix_refused(full, "bowl") is None
+    assert mix_refused(here, "jug") is None  # not in view: left to the model
+
+
+def test_opening_a_door_opens_it_in_the_state() -> None:
+    here = "a table; A door to the kitchen (that is closed)"
+    _, feedback, after = science_rule("open", "door", "kitchen", "hall", here, "")
+    assert feedback == "The door is now open." and "kitchen (that is open)" in after
+    assert (
+        science_rule("open", "door", "kitchen", "hall", after, "")[1] == "The door is already open."
+    )
+    assert science_rule("close", "door", "kitchen", "hall", after, "")[2] == here
+    assert science_rule("go", "kitchen", "", "hall", after, "") is None  # open: the model moves
+    assert science_rule("open", "door", "hallway", "hall", here, "") is None  # no such door here
+    assert science_rule("look", "around", "", "hall", here, "")[1] == "You look around the hall."
