@@ -192,34 +192,8 @@ def test_science_parse_drops_the_particle_and_splits_to() -> None:
     assert science_parse("go to hallway") == ("go", "hallway", "", "")
 
 
-def test_go_to_a_room_of_the_game_goes_there() -> None:
-    hall = "Location: hallway\nHere: a painting\nInventory: an orange\nFeedback: You move."
-    walk = [
-        make_step("sw-find-animal-0-h", 0, _state(0, "start"), "go to hallway", hall,
-                  task_id="sw-find-animal-0", instruction=INSTRUCTION),
-    ]  # fmt: skip
-    model = GroundedModel(GroundedSettings(seed=0))
-    model.fit([*_episodes(range(6)), trajectory_of(walk)])
-    task = make_task("sw-find-animal-0", INSTRUCTION, env="scienceworld")
-    cellar = (
-        "Location: cellar\nHere: a shelf; A door to the hallway (that is open)\n"
-        "Inventory: an orange\nFeedback: You look around."
-    )
-    mem = EpisodeMemory.replay(INSTRUCTION, cellar)
-    # no real step went from the cellar, but the command names a room this game has
-    out = model.predict(task, mem, cellar, "go to hallway", ["go to hallway"])
-    assert out.next_state.startswith("Location: hallway") and out.evidence == "map"
-    # as in ScienceWorld: not through a closed door, nor where no door leads
-    shut = cellar.replace("(that is open)", "(that is closed)")
-    out = model.predict(task, mem, shut, "go to hallway", ["go to hallway"])
-    assert out.next_state.startswith("Location: cellar") and "not open" in out.next_state
-    out = model.predict(task, mem, cellar, "go to kitchen", ["go to kitchen"])
-    assert out.next_state.startswith("Location: cellar") and "not clear" in out.next_state
-
-
-def test_the_door_walked_through_is_open_on_the_other_side() -> None:
-    # real data first saw the hallway with its cellar door shut; the agent opened it from
-    # the cellar and walked through, so the hallway's view of that door must be open
+def test_go_to_a_room_of_the_game_goes_there_through_open_doors() -> None:
+    # real data first saw the hallway with its cellar door shut
     hall = (
         "Location: hallway\nHere: a painting; A door to the cellar (that is closed)\n"
         "Inventory: an orange\nFeedback: You move."
@@ -236,13 +210,21 @@ def test_the_door_walked_through_is_open_on_the_other_side() -> None:
         "Inventory: an orange\nFeedback: You look around."
     )
     mem = EpisodeMemory.replay(INSTRUCTION, cellar)
+    # no real step went from the cellar, but the command names a room this game has
     out = model.predict(task, mem, cellar, "go to hallway", ["go to hallway"])
-    assert out.next_state.startswith("Location: hallway")
+    assert out.next_state.startswith("Location: hallway") and out.evidence == "map"
+    # the door just walked through is open on the hallway's side too
     assert "door to the cellar (that is open)" in out.next_state
     # the cellar is a room of this episode (real data never showed it): going back works
     rooms = {"cellar": "a shelf; A door to the hallway (that is open)"}
     back = model.predict(task, mem, out.next_state, "go to cellar", ["go to cellar"], rooms)
     assert back.next_state.startswith("Location: cellar") and "shelf" in back.next_state
+    # as in ScienceWorld: not through a closed door, nor where no door leads
+    shut = cellar.replace("(that is open)", "(that is closed)")
+    out = model.predict(task, mem, shut, "go to hallway", ["go to hallway"])
+    assert out.next_state.startswith("Location: cellar") and "not open" in out.next_state
+    out = model.predict(task, mem, cellar, "go to kitchen", ["go to kitchen"])
+    assert out.next_state.startswith("Location: cellar") and "not clear" in out.next_state
 
 
 def test_a_composed_command_list_holds_the_expert_next_command_only() -> None:
