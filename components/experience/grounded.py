@@ -80,6 +80,7 @@ from components.experience.grounded_science import (
     WinGate,
     WordPrior,
     door_open_behind,
+    focus_as_move,
     next_gold,
     science_parse,
     science_rule,
@@ -128,6 +129,7 @@ class _Cache:
         self.rooms: dict[tuple[str, str], list[tuple[frozenset[str], tuple[str, ...]]]] = {}
         self.admissible: dict[tuple[str, str], tuple[tuple[str, ...], bool]] = {}
         self.roles: CommandRoles | None = None
+        self.donors: dict[tuple[str, str], str | None] = {}
 
     def remember_admissible(
         self, key: tuple[str, str], value: tuple[tuple[str, ...], bool]
@@ -277,28 +279,36 @@ class GroundedModel:
         drafts = [self._draft(q) for q in queries]
         pending = [d for d in drafts if d.memory is not None]
         if pending:
+            asked = [(d, d.memory, d.action, d.current) for d in pending]
+            mirrored = [d for d in pending if d.mirror is not None]
+            asked += [(d, *d.mirror, (*d.current, d.mirror[1])) for d in mirrored]
             feats = np.asarray(
                 [
                     outcome_features(
-                        d.memory,
-                        d.action,
-                        d.current,
+                        mem,
+                        action,
+                        current,
                         d.state if self.pages or self.science else None,
-                        self.word_prior.score(d.memory.instruction, d.action)
+                        self.word_prior.score(mem.instruction, action)
                         if self.word_prior is not None
                         else None,
                     )
-                    for d in pending
+                    for d, mem, action, current in asked
                 ],
                 np.float32,
             )
             allowed = None
             if self.win_gate is not None:
                 allowed = np.asarray(
-                    [self._win_possible(d.memory, d.state, d.action) for d in pending]
+                    [self._win_possible(mem, d.state, action) for d, mem, action, _ in asked]
                 )
             rows = self._classify_rows(feats, allowed)
-            for d, (won, lost, score) in zip(pending, rows, strict=True):
+            n = len(pending)
+            for d, (won, _, score) in zip(mirrored, rows[n:], strict=True):
+                d.mirror_won = (won, score)  # the mirrored move's verdict: won wins
+            for d, (won, lost, score) in zip(pending, rows[:n], strict=True):
+                if d.mirror_won is not None and d.mirror_won[0]:
+                    won, lost, score = True, False, max(score, d.mirror_won[1])
                 d.decide(won, lost, score)
         return [d.outcome() for d in drafts]
 
@@ -353,7 +363,7 @@ class GroundedModel:
             elif (named := self._named_room(tid, x, rooms)) not in (None, location):
                 # ScienceWorld names where it goes ("go to hallway"): a room of this game
                 nloc = named
-                nsur = (rooms or {}).get(nloc) or _top(self.room_views[(tid, nloc)])
+                nsur = (rooms or {}).get(nloc) or _top(self._views(tid, nloc))
                 evidence, why = MAP, f"The command names the {nloc}, a room of this game."
                 feedback = f"You move to the {nloc}."
             elif (guess := self._guess_room(tid, location, x)) is not None:
@@ -381,6 +391,8 @@ class GroundedModel:
         draft = _Draft(next_state, False, False, adm, evidence, fallback, why, replayed=False)
         draft.memory, draft.action, draft.current = memory, action, admissible
         draft.state = state
+        if self.science:
+            draft.mirror = focus_as_move(memory, state, action)
         return draft
 
     def _page_draft(self, query: Query, edited: tuple[Any, str, str, bool]) -> _Draft:
@@ -528,8 +540,32 @@ class GroundedModel:
         """The room of this game that ``go``'s object names, if real data or this episode
         showed it."""
         name = where.removeprefix("to ").strip()
-        known = self.room_views.get((task_id, name)) or name in (rooms or {})
+        known = self._views(task_id, name) or name in (rooms or {})
         return name if name and known else None
+
+    def _views(self, task_id: str, room: str) -> Counter:
+        """This game's recorded views of ``room``; on ScienceWorld, where its data never
+        entered the room, those of the task family's game that did most often (every
+        game shares one house: the doors match, the objects are another game's)."""
+        own = self.room_views.get((task_id, room))
+        if own or not self.science:
+            return own or Counter()
+        donor = self._donor(task_id, room)
+        return self.room_views[(donor, room)] if donor else Counter()
+
+    def _donor(self, task_id: str, room: str) -> str | None:
+        """The game of ``task_id``'s family (then any game) whose data shows ``room`` most
+        (cached: every episode borrows the same room)."""
+        key = (task_id, room)
+        if key not in self._cache.donors:
+            family = _family(task_id)
+            seen = [
+                (_family(t) == family, sum(views.values()), t)
+                for (t, r), views in self.room_views.items()
+                if r == room and t != task_id and views
+            ]
+            self._cache.donors[key] = max(seen)[2] if seen else None
+        return self._cache.donors[key]
 
     def _room_candidates(
         self, task_id: str, location: str
@@ -540,7 +576,10 @@ class GroundedModel:
         if out is None:
             seen: set[tuple[str, tuple[str, ...]]] = set()
             out = []
-            for state_key, adm in self.states_by_room.get(key) or ():
+            recorded = self.states_by_room.get(key)
+            if not recorded and self.science and (donor := self._donor(task_id, location)):
+                recorded = self.states_by_room.get((donor, location))  # a borrowed room
+            for state_key, adm in recorded or ():
                 if (state_key, adm) not in seen:  # a repeat never wins max() over the first
                     seen.add((state_key, adm))
                     out.append((frozenset(words(state_key)), adm))
@@ -575,6 +614,11 @@ class GroundedModel:
 def is_grounded_dir(path: Path) -> bool:
     """``path`` holds a saved grounded experience model."""
     return (Path(path) / MODEL_FILE).exists()
+
+
+def _family(task_id: str) -> str:
+    """``sw-find-plant-0152-40fc8ed3`` -> ``sw-find-plant`` (the game's task family)."""
+    return task_id.rsplit("-", 2)[0]
 
 
 def _is_generated(task: Task) -> bool:

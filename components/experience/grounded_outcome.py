@@ -65,6 +65,9 @@ class _Draft:
     action: str = ""
     current: Sequence[str] = ()
     state: str = ""
+    # a ScienceWorld focus judged as the move it mirrors (grounded_science.focus_as_move)
+    mirror: tuple[EpisodeMemory, str] | None = None
+    mirror_won: tuple[bool, float] | None = None
 
     def decide(self, won: bool, lost: bool, score: float) -> None:
         self.won, self.lost = won, lost

@@ -205,6 +205,23 @@ def win_conditions(mem: EpisodeMemory, state: str, command: str) -> frozenset[st
     return frozenset(out)
 
 
+def focus_as_move(mem: EpisodeMemory, state: str, command: str) -> tuple[EpisodeMemory, str] | None:
+    """A find task's ``focus on X`` with X already in the named box, as the move it mirrors:
+    (the memory after this focus, ``move X to <colour> box``). ScienceWorld takes the two in
+    either order (5 of 16 replayed dreamt losses won so), real data only focus-then-move."""
+    verb, x, _, _ = science_parse(command)
+    thing = _thing(command) if verb == "focus" else frozenset()
+    if not thing:
+        return None
+    for colour in _BOX.findall(mem.instruction.lower()):
+        held = re.search(rf"\b{colour} box \(containing ([^)]*)\)", state, re.IGNORECASE)
+        if held and thing <= content_words(held.group(1)):
+            after = mem.copy()
+            after.update(command, state)
+            return after, f"move {x} to {colour} box"
+    return None
+
+
 # parts a command names that a state's text does not list (a battery's anode, a wire's
 # terminals), and look around: in view wherever their device or room is
 PARTS = frozenset({"anode", "cathode", "terminal", "1", "2", "around"})
@@ -256,8 +273,9 @@ def science_rule(
     """(why, feedback, surroundings after) where ScienceWorld's answer is fixed, else None:
     ``look around`` names this room, ``go`` only through an open door of this room, ``mix``
     only two things or more, and ``open / close door to <room>`` flips that door (1,273 of
-    1,273 real opens of a closed door did). Real data holds almost no refused mix, so the
-    learned feedback always mixed; a learned edit never touched "(that is closed)"."""
+    1,273 real opens of a closed door did) or, with no such door here, is no known action.
+    Real data holds almost no refused mix, so the learned feedback always mixed; a learned
+    edit never touched "(that is closed)"."""
     if verb == "look" and x == "around":  # the env's own words (a template named a room)
         return "Looking changes nothing.", f"You look around the {location}.", surroundings
     if verb == "go" and (shut := door_shut(surroundings, x)) is not None:
@@ -267,8 +285,8 @@ def science_rule(
     if verb in ("open", "close") and x == "door" and y:
         door = re.compile(rf"(door to the {re.escape(y)} \(that is )(open|closed)\)")
         match = door.search(surroundings)
-        if match is None:
-            return None
+        if match is None:  # no such door in view (the env still lists the expert's next)
+            return f"No door to the {y} here.", "No known action matches that input.", surroundings
         want = "open" if verb == "open" else "closed"
         if match.group(2) == want:
             return (

@@ -14,6 +14,7 @@ from components.experience.grounded_science import (
     SCIENCE_FEATURES,
     WinGate,
     WordPrior,
+    focus_as_move,
     is_science,
     mix_refused,
     next_gold,
@@ -227,6 +228,62 @@ def test_go_to_a_room_of_the_game_goes_there_through_open_doors() -> None:
     assert out.next_state.startswith("Location: cellar") and "not clear" in out.next_state
 
 
+def test_a_focus_on_the_thing_already_in_the_box_wins_as_scienceworld_judges_it() -> None:
+    # real data only ever focused first; ScienceWorld also wins a move first, then a focus
+    model = GroundedModel(GroundedSettings(seed=0))
+    model.fit(_episodes(range(6)))
+    task = make_task("sw-find-animal-6", INSTRUCTION, env="scienceworld")
+    boxed = _state(6, "You move the baby frog to the red box.", boxed=True)
+    mem = EpisodeMemory.replay(INSTRUCTION, _state(6, "start"))
+    mem.update("move baby frog to red box", boxed)
+    after, move = focus_as_move(mem, boxed, "focus on baby frog")
+    assert move == "move baby frog to red box" and after.used["focus on baby frog"] == 1
+    out = model.predict(task, mem, boxed, "focus on baby frog", ["focus on baby frog"])
+    assert out.reward == 1 and out.won
+    # not a thing outside the box, nor a focus before anything was moved
+    assert focus_as_move(mem, boxed, "focus on flint rock") is None
+    drawer = boxed.replace("a baby frog", "a drawer")
+    assert focus_as_move(mem, drawer, "focus on drawer")[1] == "move drawer to red box"
+    start = _state(6, "start")
+    assert (
+        focus_as_move(EpisodeMemory.replay(INSTRUCTION, start), start, "focus on baby frog") is None
+    )
+
+
+def test_a_room_this_game_never_showed_is_borrowed_from_its_task_family() -> None:
+    # only game 1's data entered the hallway; every ScienceWorld game shares one house
+    hall = (
+        "Location: hallway\nHere: a painting; A door to the cellar (that is closed)\n"
+        "Inventory: an orange\nFeedback: You move."
+    )
+    walk = [
+        make_step("sw-find-animal-1-h", 0, _state(1, "start"), "go to hallway", hall,
+                  task_id="sw-find-animal-1", instruction=INSTRUCTION,
+                  admissible_actions=["look at painting", "go to cellar"]),
+        make_step("sw-find-animal-1-h", 1, hall, "look at painting", hall,
+                  task_id="sw-find-animal-1", instruction=INSTRUCTION,
+                  admissible_actions=["look at painting", "go to cellar"]),
+    ]  # fmt: skip
+    model = GroundedModel(GroundedSettings(seed=0))
+    model.fit([*_episodes(range(6)), trajectory_of(walk)])
+    task = make_task("sw-find-animal-0", INSTRUCTION, env="scienceworld")
+    cellar = (
+        "Location: cellar\nHere: a shelf; A door to the hallway (that is open)\n"
+        "Inventory: an orange\nFeedback: You look around."
+    )
+    mem = EpisodeMemory.replay(INSTRUCTION, cellar)
+    out = model.predict(task, mem, cellar, "go to hallway", ["go to hallway"])
+    # game 0 goes there (not "You can't go that way") and sees game 1's hallway
+    assert out.next_state.startswith("Location: hallway") and "painting" in out.next_state
+    assert out.evidence == "map" and "look at painting" in out.admissible
+    assert "door to the cellar (that is open)" in out.next_state
+    # a room no game of the data showed stays unknown
+    out = model.predict(
+        task, mem, cellar.replace("hallway", "attic"), "go to attic", ["go to attic"]
+    )
+    assert out.next_state.startswith("Location: cellar")
+
+
 def test_a_composed_command_list_holds_the_expert_next_command_only() -> None:
     # the real env lists the expert's next command among the others (its pointer moves when
     # that command is played); a dreamt list gets the same, never a later one before it
@@ -271,5 +328,7 @@ def test_opening_a_door_opens_it_in_the_state() -> None:
     )
     assert science_rule("close", "door", "kitchen", "hall", after, "")[2] == here
     assert science_rule("go", "kitchen", "", "hall", after, "") is None  # open: the model moves
-    assert science_rule("open", "door", "hallway", "hall", here, "") is None  # no such door here
+    # no such door here: ScienceWorld knows no such action (the dream opened it anyway)
+    nothing = science_rule("open", "door", "hallway", "hall", here, "")
+    assert nothing[1] == "No known action matches that input." and nothing[2] == here
     assert science_rule("look", "around", "", "hall", here, "")[1] == "You look around the hall."
