@@ -193,26 +193,35 @@ def test_science_parse_drops_the_particle_and_splits_to() -> None:
     assert science_parse("go to hallway") == ("go", "hallway", "", "")
 
 
+# real data first saw the hallway with its cellar door shut; no real step left the cellar
+HALL = (
+    "Location: hallway\nHere: a painting; A door to the cellar (that is closed)\n"
+    "Inventory: an orange\nFeedback: You move."
+)
+CELLAR = (
+    "Location: cellar\nHere: a shelf; A door to the hallway (that is open)\n"
+    "Inventory: an orange\nFeedback: You look around."
+)
+
+
+def _hallway_walk(game: int, look: bool = False) -> Trajectory:
+    """Game ``game`` going to the hallway (then looking at its painting, with ``look``)."""
+    tid = f"sw-find-animal-{game}"
+    step = partial(make_step, task_id=tid, instruction=INSTRUCTION,
+                   admissible_actions=["look at painting", "go to cellar"])  # fmt: skip
+    steps = [step(f"{tid}-h", 0, _state(game, "start"), "go to hallway", HALL)]
+    if look:
+        steps.append(step(f"{tid}-h", 1, HALL, "look at painting", HALL))
+    return trajectory_of(steps)
+
+
 def test_go_to_a_room_of_the_game_goes_there_through_open_doors() -> None:
-    # real data first saw the hallway with its cellar door shut
-    hall = (
-        "Location: hallway\nHere: a painting; A door to the cellar (that is closed)\n"
-        "Inventory: an orange\nFeedback: You move."
-    )
-    walk = [
-        make_step("sw-find-animal-0-h", 0, _state(0, "start"), "go to hallway", hall,
-                  task_id="sw-find-animal-0", instruction=INSTRUCTION),
-    ]  # fmt: skip
     model = GroundedModel(GroundedSettings(seed=0))
-    model.fit([*_episodes(range(6)), trajectory_of(walk)])
+    model.fit([*_episodes(range(6)), _hallway_walk(0)])
     task = make_task("sw-find-animal-0", INSTRUCTION, env="scienceworld")
-    cellar = (
-        "Location: cellar\nHere: a shelf; A door to the hallway (that is open)\n"
-        "Inventory: an orange\nFeedback: You look around."
-    )
-    mem = EpisodeMemory.replay(INSTRUCTION, cellar)
+    mem = EpisodeMemory.replay(INSTRUCTION, CELLAR)
     # no real step went from the cellar, but the command names a room this game has
-    out = model.predict(task, mem, cellar, "go to hallway", ["go to hallway"])
+    out = model.predict(task, mem, CELLAR, "go to hallway", ["go to hallway"])
     assert out.next_state.startswith("Location: hallway") and out.evidence == "map"
     # the door just walked through is open on the hallway's side too
     assert "door to the cellar (that is open)" in out.next_state
@@ -221,10 +230,10 @@ def test_go_to_a_room_of_the_game_goes_there_through_open_doors() -> None:
     back = model.predict(task, mem, out.next_state, "go to cellar", ["go to cellar"], rooms)
     assert back.next_state.startswith("Location: cellar") and "shelf" in back.next_state
     # as in ScienceWorld: not through a closed door, nor where no door leads
-    shut = cellar.replace("(that is open)", "(that is closed)")
+    shut = CELLAR.replace("(that is open)", "(that is closed)")
     out = model.predict(task, mem, shut, "go to hallway", ["go to hallway"])
     assert out.next_state.startswith("Location: cellar") and "not open" in out.next_state
-    out = model.predict(task, mem, cellar, "go to kitchen", ["go to kitchen"])
+    out = model.predict(task, mem, CELLAR, "go to kitchen", ["go to kitchen"])
     assert out.next_state.startswith("Location: cellar") and "not clear" in out.next_state
 
 
@@ -252,34 +261,18 @@ def test_a_focus_on_the_thing_already_in_the_box_wins_as_scienceworld_judges_it(
 
 def test_a_room_this_game_never_showed_is_borrowed_from_its_task_family() -> None:
     # only game 1's data entered the hallway; every ScienceWorld game shares one house
-    hall = (
-        "Location: hallway\nHere: a painting; A door to the cellar (that is closed)\n"
-        "Inventory: an orange\nFeedback: You move."
-    )
-    walk = [
-        make_step("sw-find-animal-1-h", 0, _state(1, "start"), "go to hallway", hall,
-                  task_id="sw-find-animal-1", instruction=INSTRUCTION,
-                  admissible_actions=["look at painting", "go to cellar"]),
-        make_step("sw-find-animal-1-h", 1, hall, "look at painting", hall,
-                  task_id="sw-find-animal-1", instruction=INSTRUCTION,
-                  admissible_actions=["look at painting", "go to cellar"]),
-    ]  # fmt: skip
     model = GroundedModel(GroundedSettings(seed=0))
-    model.fit([*_episodes(range(6)), trajectory_of(walk)])
+    model.fit([*_episodes(range(6)), _hallway_walk(1, look=True)])
     task = make_task("sw-find-animal-0", INSTRUCTION, env="scienceworld")
-    cellar = (
-        "Location: cellar\nHere: a shelf; A door to the hallway (that is open)\n"
-        "Inventory: an orange\nFeedback: You look around."
-    )
-    mem = EpisodeMemory.replay(INSTRUCTION, cellar)
-    out = model.predict(task, mem, cellar, "go to hallway", ["go to hallway"])
+    mem = EpisodeMemory.replay(INSTRUCTION, CELLAR)
+    out = model.predict(task, mem, CELLAR, "go to hallway", ["go to hallway"])
     # game 0 goes there (not "You can't go that way") and sees game 1's hallway
     assert out.next_state.startswith("Location: hallway") and "painting" in out.next_state
     assert out.evidence == "map" and "look at painting" in out.admissible
     assert "door to the cellar (that is open)" in out.next_state
     # a room no game of the data showed stays unknown
     out = model.predict(
-        task, mem, cellar.replace("hallway", "attic"), "go to attic", ["go to attic"]
+        task, mem, CELLAR.replace("hallway", "attic"), "go to attic", ["go to attic"]
     )
     assert out.next_state.startswith("Location: cellar")
 
