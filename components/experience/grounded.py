@@ -79,6 +79,7 @@ from components.experience.grounded_page import (
 from components.experience.grounded_science import (
     WinGate,
     WordPrior,
+    circuit_closed,
     door_open_behind,
     focus_as_move,
     next_gold,
@@ -309,6 +310,13 @@ class GroundedModel:
             for d, (won, lost, score) in zip(pending, rows[:n], strict=True):
                 if d.mirror_won is not None and d.mirror_won[0]:
                     won, lost, score = True, False, max(score, d.mirror_won[1])
+                if (
+                    self.science
+                    and not won
+                    and not d.action.lower().startswith("focus on ")  # a wrong one loses
+                    and circuit_closed(d.memory)
+                ):
+                    won, lost, score = True, False, 1.0  # lit on the tick after it closed
                 d.decide(won, lost, score)
         return [d.outcome() for d in drafts]
 
@@ -334,9 +342,16 @@ class GroundedModel:
                         why = "Seen winning here, but not without what every win needed."
                     draft = _Draft(ns, bool(won), bool(lost), adm, evidence, fallback, why)
                     draft.score = float(bool(won))  # a recorded outcome is certain
-                    if _is_generated(task):  # whether it is won is judged anew
+                    # judged anew: a generated task's goal is not the recorded one; and a
+                    # ScienceWorld state's text does not show what was focused on, so the
+                    # same command in the same state can win after another history (a
+                    # recorded non-ending; 5 of 15 replayed dreamt power-component losses
+                    # won for real at a wait1 after the circuit was closed)
+                    if _is_generated(task) or (self.science and not (won or lost)):
                         draft.memory, draft.action, draft.current = memory, action, admissible
                         draft.state = state
+                        if self.science:
+                            draft.mirror = focus_as_move(memory, state, action)
                     return draft
         if self.pages and (edited := page_edit(state, action)) is not None:
             return self._page_draft(query, edited)

@@ -71,8 +71,9 @@ class _Draft:
 
     def decide(self, won: bool, lost: bool, score: float) -> None:
         self.won, self.lost = won, lost
-        if self.replayed:  # a generated task: the recorded next state, the reward anew
-            self.why += " The task is generated: whether it is won is judged anew."
+        if self.replayed:  # the recorded next state, the reward anew
+            self.why += " Whether it is won is judged anew for this episode."
+            self.score = score
             return
         self.score = score
         if won:

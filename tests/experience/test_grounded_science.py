@@ -7,6 +7,7 @@ its own animal; the model is fitted on some games and asked about unseen ones.
 
 from __future__ import annotations
 
+import re
 from functools import partial
 
 from components.experience.grounded import GroundedModel, GroundedSettings
@@ -14,6 +15,7 @@ from components.experience.grounded_science import (
     SCIENCE_FEATURES,
     WinGate,
     WordPrior,
+    circuit_closed,
     focus_as_move,
     is_science,
     mix_refused,
@@ -257,6 +259,72 @@ def test_a_focus_on_the_thing_already_in_the_box_wins_as_scienceworld_judges_it(
     assert (
         focus_as_move(EpisodeMemory.replay(INSTRUCTION, start), start, "focus on baby frog") is None
     )
+
+
+def test_a_remembered_non_ending_is_judged_anew_for_this_episode() -> None:
+    # the state's text does not show what was focused on: a dreamt "nothing happens" for
+    # this focus in this state (after another history) must not hide this episode's win
+    model = GroundedModel(GroundedSettings(seed=0))
+    model.fit(_episodes(range(6)))
+    task = make_task("sw-find-animal-6", INSTRUCTION, env="scienceworld")
+    boxed = _state(6, "You move the baby frog to the red box.", boxed=True)
+    focused = _state(6, "You focus on the baby frog.", boxed=True)
+    other = make_step("dreamt", 0, boxed, "focus on baby frog", focused, task_id=task.task_id,
+                      instruction=INSTRUCTION, env="scienceworld")  # fmt: skip
+    assert model.add_synthetic([other]) == 1
+    mem = EpisodeMemory.replay(INSTRUCTION, _state(6, "start"))
+    mem.update("move baby frog to red box", boxed)
+    out = model.predict(task, mem, boxed, "focus on baby frog", ["focus on baby frog"])
+    assert out.won and out.evidence == "synthetic_replay" and out.next_state == focused
+
+
+BULB = (
+    "Your task is to turn on the red light bulb. First, focus on the red light bulb. "
+    "Then, create an electrical circuit that powers it on."
+)
+CIRCUIT = (
+    "connect battery anode to black wire terminal 1",
+    "connect battery cathode to orange wire terminal 1",
+    "connect black wire terminal 2 to cathode in red light bulb",
+    "connect orange wire terminal 2 to anode in red light bulb",
+)
+
+
+def _circuit(*commands: str) -> EpisodeMemory:
+    mem = EpisodeMemory.replay(BULB, "Location: workshop\nHere: a battery\nInventory: \nFeedback: ")
+    for c in commands:
+        mem.update(c, "Location: workshop\nHere: a battery\nInventory: \nFeedback: ok")
+    return mem
+
+
+def test_a_circuit_closes_through_the_focused_bulb_only() -> None:
+    assert circuit_closed(_circuit("focus on red light bulb", *CIRCUIT))
+    assert circuit_closed(_circuit("focus on red light bulb", *reversed(CIRCUIT)))
+    assert not circuit_closed(_circuit("focus on red light bulb", *CIRCUIT[:3]))
+    assert not circuit_closed(_circuit(*CIRCUIT))  # nothing focused on
+    # the focus moved elsewhere; a wire picked up; the bulb's poles the other way round
+    assert not circuit_closed(_circuit("focus on red light bulb", "focus on orange", *CIRCUIT))
+    assert not circuit_closed(_circuit("focus on red light bulb", *CIRCUIT, "pick up black wire"))
+    swap = {"cathode in": "anode in", "anode in": "cathode in"}
+    swapped = [re.sub("(cathode|anode) in", lambda m: swap[m.group(0)], c) for c in CIRCUIT]
+    assert not circuit_closed(_circuit("focus on red light bulb", *swapped))
+    # the other bulb on the table is not the task's
+    other = [c.replace("red light bulb", "green light bulb") for c in CIRCUIT]
+    assert not circuit_closed(_circuit("focus on red light bulb", *other))
+
+
+def test_the_step_after_the_circuit_closes_wins_whatever_it_is() -> None:
+    # ScienceWorld lights the bulb on the next tick: real wins came at a wait1, a door
+    model = GroundedModel(GroundedSettings(seed=0))
+    model.fit(_episodes(range(6)))
+    task = make_task("sw-power-component-0", BULB, env="scienceworld")
+    state = "Location: workshop\nHere: a battery\nInventory: \nFeedback: ok"
+    closed = _circuit("focus on red light bulb", *CIRCUIT)
+    assert model.predict(task, closed, state, "wait1", ["wait1"]).won
+    assert model.predict(task, closed, state, "open door to hallway", []).won
+    assert not model.predict(task, closed, state, "focus on battery", []).won
+    open_ = _circuit("focus on red light bulb", *CIRCUIT[:3])
+    assert not model.predict(task, open_, state, "wait1", ["wait1"]).won
 
 
 def test_a_room_this_game_never_showed_is_borrowed_from_its_task_family() -> None:
