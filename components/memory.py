@@ -130,6 +130,7 @@ class EpisodeMemory:
     visits: dict[str, int] = field(default_factory=dict)
     tried: dict[tuple[str, str], int] = field(default_factory=dict)
     used: dict[str, int] = field(default_factory=dict)
+    history: list[str] = field(default_factory=list)  # the commands played, in order
     exits: dict[tuple[str, str], str] = field(default_factory=dict)  # (room, dir) -> room
     last_action: str = ""
     last_direction: str = ""
@@ -169,6 +170,7 @@ class EpisodeMemory:
         before = (self.location, self.surroundings, self.inventory)
         self.tried[(self.location, action)] = self.tried.get((self.location, action), 0) + 1
         self.used[action] = self.used.get(action, 0) + 1
+        self.history.append(action)
         self._see(result)
         self.last_changed = (self.location, self.surroundings, self.inventory) != before
         if action.startswith("go "):

@@ -27,7 +27,7 @@ from collections import defaultdict
 from collections.abc import Hashable, Sequence
 from typing import Any
 
-from components.agent.rl import Learner, attach_reference, flatten
+from components.agent.rl import DemoLoss, Learner, attach_reference, flatten
 from components.agent.rollout import RolloutBatch, TrainablePolicy
 from components.config import GRPOConfig
 
@@ -59,10 +59,12 @@ class GRPO(Learner):
 
     cfg: GRPOConfig
 
-    def __init__(self, policy: TrainablePolicy, cfg: GRPOConfig) -> None:
+    def __init__(
+        self, policy: TrainablePolicy, cfg: GRPOConfig, demo_loss: DemoLoss | None = None
+    ) -> None:
         import torch
 
-        super().__init__(policy, cfg)
+        super().__init__(policy, cfg, demo_loss)
         self.params = list(policy.trainable_parameters())
         self.optimizer = torch.optim.AdamW(
             self.params, lr=cfg.learning_rate, weight_decay=cfg.weight_decay

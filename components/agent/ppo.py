@@ -23,7 +23,7 @@ from collections.abc import Callable, Hashable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from components.agent.policy_model import TokenScores
-from components.agent.rl import Learner, TurnRow, attach_reference, flatten
+from components.agent.rl import DemoLoss, Learner, TurnRow, attach_reference, flatten
 from components.agent.rollout import RolloutBatch, TrainablePolicy
 from components.config import PPOConfig
 from components.schema import Task
@@ -86,10 +86,11 @@ class PPO(Learner):
         policy: TrainablePolicy,
         cfg: PPOConfig,
         group_fn: Callable[[Task], Hashable] | None = None,
+        demo_loss: DemoLoss | None = None,
     ) -> None:
         import torch
 
-        super().__init__(policy, cfg)
+        super().__init__(policy, cfg, demo_loss)
         self.group_fn = group_fn
         self.value_head = value_head(policy.hidden_size).to(policy.device)
         policy_params = list(policy.trainable_parameters())

@@ -211,6 +211,9 @@ def turn_loss(
 
 
 ExtraLoss = Callable[[TokenScores, Sequence[TurnRow], int], tuple["torch.Tensor", dict[str, float]]]
+# the behaviour-cloning term (``sft_coef``): the mean loss on a fresh batch of expert steps
+# and the share of them the policy ranks first
+DemoLoss = Callable[[], tuple["torch.Tensor", float]]
 
 
 def optimize(
@@ -223,11 +226,13 @@ def optimize(
     seed: int,
     extra_loss: ExtraLoss | None = None,
     with_hidden: bool = False,
+    demo_loss: DemoLoss | None = None,
 ) -> dict[str, float]:
     """Epochs of minibatch optimizer steps over ``rows``; returns mean statistics.
 
     ``extra_loss(scores, micro_rows, minibatch_turns)`` adds a term per micro-batch (PPO's
-    value loss), which it divides by ``minibatch_turns`` itself.
+    value loss), which it divides by ``minibatch_turns`` itself. ``demo_loss()``: a
+    behaviour-cloning loss added once per minibatch, times ``cfg.sft_coef``.
     """
     import torch
 
@@ -275,6 +280,12 @@ def optimize(
                         add("kl", float((st["kl"] * mask).sum() / n_tok), n_tok)
                     if scores.entropy is not None:
                         add("entropy", float(scores.entropy.sum() / n_tok), n_tok)
+            if demo_loss is not None and cfg.sft_coef:
+                # keeps what SFT learned on the expert's states while RL moves the rest
+                sft, hit = demo_loss()
+                (cfg.sft_coef * sft).backward()
+                add("sft_loss", float(sft.detach()))
+                add("sft_accuracy", hit)
             grad_norm = torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
             add("grad_norm", float(grad_norm))
             optimizer.step()
@@ -332,10 +343,13 @@ class Learner:
     params: list[Any]
     optimizer: Any
 
-    def __init__(self, policy: TrainablePolicy, cfg: Any) -> None:
+    def __init__(self, policy: TrainablePolicy, cfg: Any, demo_loss: DemoLoss | None = None):
         self.policy = policy
         self.cfg = cfg
         self.reference = Reference(policy) if cfg.beta != 0.0 else None
+        if getattr(cfg, "sft_coef", 0.0) and demo_loss is None:
+            raise ValueError("sft_coef > 0 needs expert demonstrations (a demo_loss)")
+        self.demo_loss = demo_loss
 
     def optimize(self, rows: Sequence[TurnRow], iteration: int, **kwargs: Any) -> dict[str, float]:
         """``optimize`` over ``rows`` with this learner's optimizer, shuffled per iteration."""
@@ -346,5 +360,6 @@ class Learner:
             self.cfg,
             params=self.params,
             seed=seed_int(self.cfg.seed, "shuffle", iteration),
+            demo_loss=self.demo_loss,
             **kwargs,
         )

@@ -176,6 +176,28 @@ def train_sft_as(
     )
 
 
+def demo_loss_fn(
+    policy: ScorerPolicy, demos: Sequence[Demonstration], batch_size: int, seed: int
+) -> Callable[[], tuple[Any, float]]:
+    """RL's behaviour-cloning term: each call, the cross-entropy of the expert's command on
+    a seeded random batch of ``demos`` (with gradients) and the share ranked first."""
+    import torch
+
+    if not demos:
+        raise ValueError("sft_coef > 0 but there is no expert demonstration to clone")
+    data = _targets(policy, demos)  # features once: the encoder is frozen
+    rng = random.Random(seed)
+
+    def loss() -> tuple[Any, float]:
+        batch = rng.sample(data, min(batch_size, len(data)))
+        logits, _ = policy.model(*collate([dec for dec, _ in batch]))
+        y = torch.tensor([t for _, t in batch], device=logits.device)
+        hit = float((logits.argmax(-1) == y).float().mean())
+        return torch.nn.functional.cross_entropy(logits, y), hit
+
+    return loss
+
+
 def accuracy(policy: ScorerPolicy, demos: Sequence[Demonstration]) -> float:
     """Share of demonstrations where the policy's best-scored command is the expert's."""
     import torch

@@ -35,7 +35,7 @@ from typing import Any, Protocol, runtime_checkable
 from components.agent import checkpoint
 from components.agent.grpo import GRPO, GRPOConfig
 from components.agent.ppo import PPO, PPOConfig
-from components.agent.rl import RUNTIME_FIELDS, seed_everything, seed_int, update_kl
+from components.agent.rl import RUNTIME_FIELDS, DemoLoss, seed_everything, seed_int, update_kl
 from components.agent.rollout import RolloutBatch, TrainablePolicy, collect_rollouts
 from components.config import RLAlgoConfig
 from components.envs.base import Env
@@ -80,12 +80,13 @@ def make_learner(
     policy: TrainablePolicy,
     cfg: RLAlgoConfig,
     group_fn: Callable[[Task], Hashable] | None = None,
+    demo_loss: DemoLoss | None = None,
 ) -> GRPO | PPO:
     """The learner for ``cfg``'s algorithm."""
     if isinstance(cfg, GRPOConfig):
-        return GRPO(policy, cfg)
+        return GRPO(policy, cfg, demo_loss)
     if isinstance(cfg, PPOConfig):
-        return PPO(policy, cfg, group_fn)
+        return PPO(policy, cfg, group_fn, demo_loss)
     raise TypeError(f"unknown RL config {type(cfg).__name__}")
 
 
@@ -217,6 +218,7 @@ def train_rl(
     on_rollouts: Callable[[int, RolloutBatch], None] | None = None,
     fingerprint: dict[str, Any] | None = None,
     snapshots: bool = False,
+    demo_loss: DemoLoss | None = None,
 ) -> dict[str, Any]:
     """Train ``policy`` in place with GRPO or PPO (by ``cfg``'s type); returns a summary.
 
@@ -227,9 +229,11 @@ def train_rl(
     ``on_rollouts(iteration, batch)``: called with each round's episodes (buffer append,
     curriculum statistics). ``fingerprint``: extra identity of the run (e.g. start model).
     ``snapshots``: keep every round's weights under ``out_dir/snapshots`` (``snapshot_file``).
+    ``demo_loss``: the behaviour-cloning term weighted by ``cfg.sft_coef`` (required then).
     """
     out_dir = Path(out_dir)
-    learner = make_learner(policy, cfg, group_fn)  # the reference is copied before resuming
+    # the reference is copied before resuming
+    learner = make_learner(policy, cfg, group_fn, demo_loss)
     venv, owned = as_vector_env(env)
     sampler = tasks if isinstance(tasks, TaskSampler) else None
     ckpt = _Checkpointing(out_dir, cfg, fingerprint, policy, learner, sampler, snapshots)

@@ -191,6 +191,14 @@ class RLAlgoConfig(_Section):
         description="uniform: a seeded sample of the train tasks per round; variance: tasks "
         "weighted by the reward variance of their recent rollouts (components/curriculum)",
     )
+    sft_coef: float = Field(
+        0.0,
+        ge=0,
+        description="weight of a behaviour-cloning term added to every minibatch: the "
+        "cross-entropy of the expert's command on a batch of the train split's real expert "
+        "steps (InstructGPT's PPO-ptx idea; offline data, no env step; scorer policy; 0 = off)",
+    )
+    sft_batch_size: int = Field(64, ge=1, description="expert steps per minibatch's SFT term")
     seed: int = Field(0, description="task sampling, sampling and shuffling seed (per run)")
     seeds: list[int] | None = Field(
         None,

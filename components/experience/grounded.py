@@ -49,7 +49,7 @@ from __future__ import annotations
 import pickle
 import random
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -505,12 +505,12 @@ class GroundedModel:
         task_id: str,
         next_state: str,
         current: Sequence[str],
-        played: Mapping[str, int] | None = None,
+        played: Sequence[str] | None = None,
     ) -> tuple[tuple[str, ...], bool]:
         """The next state's commands (and whether they are a fallback's); with ``played``
-        (the episode's commands and counts), also the expert's next one."""
+        (the episode's commands in order), also the expert's next one."""
         adm, fallback = self._listed(task_id, next_state, current)
-        nxt = next_gold(self.gold_path.get(task_id, ()), played or {})
+        nxt = next_gold(self.gold_path.get(task_id, ()), played or ())
         if nxt is None or nxt in adm:
             return adm, fallback
         # as the ScienceWorld env lists it: the expert's next command, whatever is in view
@@ -654,8 +654,6 @@ def _restore(default: Any, v: Any) -> Any:
     return v
 
 
-def _played(memory: EpisodeMemory, action: str) -> dict[str, int]:
-    """The episode's commands with how often each was played, ``action`` included."""
-    played = dict(memory.used)
-    played[action] = played.get(action, 0) + 1
-    return played
+def _played(memory: EpisodeMemory, action: str) -> list[str]:
+    """The episode's commands in order, ``action`` last."""
+    return [*memory.history, action]

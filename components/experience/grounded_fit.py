@@ -21,7 +21,9 @@ from components.experience.grounded_science import (
     WinGate,
     WordPrior,
     is_science,
+    next_gold,
     science_parse,
+    unlisted_gold,
     win_conditions,
 )
 from components.experience.grounded_state import (
@@ -71,8 +73,15 @@ def fit_tables(model: GroundedModel, trajectories: Sequence[Trajectory]) -> dict
         for t in real:
             if t.policy == EXPERT and t.success:
                 model.gold_path.setdefault(t.task_id, tuple(s.action for s in t.steps))
+    # the env's list cap (ScienceWorld's max_admissible), as the data shows it
+    cap = max((len(s.admissible_actions or ()) for t in real for s in t.steps), default=0)
     for mem, s, was_lost in episode_rows(real):
-        _index(model, s, was_lost)
+        listed = tuple(s.admissible_actions or ())
+        if model.science:  # without the recording episode's next gold command (if capped)
+            listed = unlisted_gold(
+                listed, next_gold(model.gold_path.get(s.task_id, ()), mem.history), cap
+            )
+        _index(model, s, was_lost, listed)
         feats.append(
             outcome_features(
                 mem,
@@ -134,9 +143,8 @@ def _fit_page_step(model: GroundedModel, s: Transition, hits: Counter) -> None:
         hits["match"] += world_key(render_page(page, "")) == world_key(s.next_state)
 
 
-def _index(model: GroundedModel, s: Transition, lost: bool) -> None:
+def _index(model: GroundedModel, s: Transition, lost: bool, adm: tuple[str, ...]) -> None:
     key = world_key(s.state)
-    adm = tuple(s.admissible_actions or ())
     outcome = (s.next_state, s.reward, s.done and s.reward == 1, lost)
     model.exact[(s.task_id, key, s.action.lower())][outcome] += 1
     if adm:

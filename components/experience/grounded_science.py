@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 
@@ -360,15 +360,28 @@ def science_rule(
     return None
 
 
-def next_gold(gold: Sequence[str], played: Mapping[str, int]) -> str | None:
-    """The expert's next command once ``played`` (command -> times): the real env's pointer
-    moves past a gold command when it is played, so a later one is not listed before."""
-    done: Counter = Counter()
-    for command in gold:
-        if played.get(command, 0) <= done[command]:
-            return command
-        done[command] += 1
-    return None
+def next_gold(gold: Sequence[str], played: Sequence[str]) -> str | None:
+    """The expert's next command after the commands ``played`` (in order), as the real
+    env's pointer moves: past ``gold[i]`` only when ``gold[i]`` is played while it is next,
+    so a gold command played early ("pick up X" before "focus on X") does not count."""
+    pos = 0
+    for command in played:
+        if pos < len(gold) and _norm(command) == _norm(gold[pos]):
+            pos += 1
+    return gold[pos] if pos < len(gold) else None
+
+
+def unlisted_gold(admissible: Sequence[str], nxt: str | None, cap: int) -> tuple[str, ...]:
+    """A recorded command list without the recording episode's next gold command ``nxt``
+    where the list is full (``cap`` commands): the env put it first, ahead of the commands
+    the cap cut, so another episode, its pointer elsewhere, would not see it listed."""
+    if nxt is None or len(admissible) < cap:
+        return tuple(admissible)
+    return tuple(a for a in admissible if _norm(a) != _norm(nxt))
+
+
+def _norm(command: str) -> str:
+    return " ".join(command.lower().split())
 
 
 def door_open_behind(surroundings: str, came_from: str) -> str:

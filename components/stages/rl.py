@@ -245,6 +245,7 @@ def rl_seed(
         on_rollouts=(lambda i, b: run.on_rollouts(i, b)) if run is not None else None,
         fingerprint=fingerprint,
         snapshots=kind == DREAMGYM and cfg.theorem1.snapshots,
+        demo_loss=_demo_loss(paths, policy, algo_cfg, seed) if algo_cfg.sft_coef else None,
     )
     if summary["optimizer_updates"] == 0:
         raise NoUpdateError(
@@ -285,6 +286,18 @@ def rl_seed(
         "wall_seconds": round(time.perf_counter() - start, 2),
         "history": [dict(r, seed=seed) for r in history],
     }
+
+
+def _demo_loss(paths: Paths, policy: Any, algo_cfg: Any, seed: int) -> Any:
+    """The ``sft_coef`` term's loss on the train split's real expert steps (scorer only)."""
+    from components.agent.rl import seed_int
+    from components.agent.scorer import ScorerPolicy
+    from components.agent.scorer_training import demo_loss_fn, expert_steps
+
+    if not isinstance(policy, ScorerPolicy):
+        raise ValueError("rl.<algo>.sft_coef > 0 needs agent.policy: scorer")
+    demos, _ = expert_steps(read_jsonl(paths.trajectories_file, Trajectory))
+    return demo_loss_fn(policy, demos, algo_cfg.sft_batch_size, seed_int(algo_cfg.seed, seed))
 
 
 def synthetic_prior(sampler: Any, synthetic: Path, seed: int, weight: float = 4.0) -> int:

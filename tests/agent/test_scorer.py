@@ -224,3 +224,32 @@ def test_rl_trainers_update_the_scoring_policy(quest_games, algo, tmp_path, one_
     assert summary["optimizer_updates"] >= 1 and summary["real_steps"] > 0
     after = list(policy.model.parameters())
     assert any(not b.equal(a) for b, a in zip(before, after, strict=True))
+
+
+@pytest.mark.integration
+def test_the_sft_term_clones_the_expert_during_rl(quest_games, tmp_path, one_thread):
+    """With ``sft_coef`` every GRPO minibatch also fits the expert's steps: a fresh policy
+    ranks far more of them first after two rounds; without demonstrations it refuses."""
+    from components.agent.scorer import ScorerPolicy, ScorerSettings
+    from components.agent.scorer_training import accuracy, demo_loss_fn, expert_steps
+    from components.agent.train import train_rl
+    from components.envs.textworld_env import TextWorldEnv
+    from tests.factories import grpo_config
+
+    cfg, root, tasks, trajs = quest_games
+    train = [t for t in tasks if t.split == "train"]
+    demos, _ = expert_steps(trajs)
+    policy = ScorerPolicy(ScorerSettings(max_steps=cfg.env.max_steps), seed=1)
+    algo_cfg = grpo_config(
+        iterations=2, tasks_per_iteration=8, rollouts_per_task=4, learning_rate=1e-3,
+        epochs=4, minibatch_size=16, sft_coef=1.0,
+    )  # fmt: skip
+    env = lambda: TextWorldEnv(cfg.env.max_steps, root, expert=False)  # noqa: E731
+    with pytest.raises(ValueError, match="demonstrations"):
+        train_rl(policy, env, train, algo_cfg, tmp_path / "none")
+    before = accuracy(policy, demos)
+    summary = train_rl(
+        policy, env, train, algo_cfg, tmp_path / "sft", demo_loss=demo_loss_fn(policy, demos, 32, 0)
+    )
+    assert summary["optimizer_updates"] >= 1
+    assert accuracy(policy, demos) >= before + 0.2, (before, accuracy(policy, demos))
