@@ -429,6 +429,12 @@ STAGES: tuple[Stage, ...] = (
         "Theorem-1 terms per DreamGym round (gains, KL, eps_R, eps_P) -> metrics/theorem1.json.",
     ),
     Stage(
+        "policy-fidelity",
+        "policy_fidelity:policy_fidelity",
+        "Policy-level fidelity: SFT and DreamGym policies on the same train games in the\n"
+        "dream and the real env, success per task family -> metrics/policy_fidelity.json.",
+    ),
+    Stage(
         "report",
         "evaluation:report",
         "Write reports/report.md and its plots from the metrics files; log them to MLflow.",

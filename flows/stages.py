@@ -24,7 +24,9 @@ from components.tracking import PARENT_RUN_ENV
 ACCELERATOR_TAG = "accelerator"
 DVC_FILE = "dvc.yaml"
 # stages that talk to simulators or APIs: transient failures are worth a retry
-IO_STAGES = frozenset({"generate_tasks", "collect", "annotate", "judge", "theorem1"})
+IO_STAGES = frozenset(
+    {"generate_tasks", "collect", "annotate", "judge", "theorem1", "policy_fidelity"}
+)
 # every dvc.yaml stage belongs to exactly one family (a test checks it)
 FAMILIES: dict[str, tuple[str, ...]] = {
     "data": ("generate_tasks", "collect", "ingest", "build_buffer", "annotate"),
@@ -38,7 +40,7 @@ FAMILIES: dict[str, tuple[str, ...]] = {
         "evaluate_random",
         "evaluate_policy",
     ),
-    "evaluation": ("table1", "judge", "drift", "theorem1", "report"),
+    "evaluation": ("table1", "judge", "drift", "theorem1", "policy_fidelity", "report"),
 }
 _PRODUCED = ("outs", "metrics", "plots")
 

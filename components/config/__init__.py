@@ -44,6 +44,7 @@ from components.config.data import (
 from components.config.evaluation import (
     DriftConfig,
     JudgeConfig,
+    PolicyFidelityConfig,
     PromotionConfig,
     ReportConfig,
     Theorem1Config,
@@ -101,6 +102,7 @@ __all__ = [
     "Paths",
     "PolicyDPOConfig",
     "PolicyEvalConfig",
+    "PolicyFidelityConfig",
     "PolicySFTConfig",
     "PromotionConfig",
     "RLAlgoConfig",

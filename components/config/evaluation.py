@@ -114,6 +114,30 @@ class Theorem1Config(_Section):
     )
 
 
+class PolicyFidelityConfig(_Section):
+    """Fixed policies on the same train games, dreamt and real (policy-level fidelity)."""
+
+    methods: list[str] = Field(
+        default_factory=lambda: ["sft", "dreamgym_grpo"],
+        min_length=1,
+        description="Table-1 methods whose first-seed policy plays; gains are over the first",
+    )
+    games_per_family: int = Field(
+        20, ge=1, description="train games of each task family (a seeded sample)"
+    )
+    passes: int = Field(3, ge=1, description="sampled episodes per game and side")
+    seed: int = Field(0, description="game sample and decoding seed")
+
+    @model_validator(mode="after")
+    def _known_methods(self) -> PolicyFidelityConfig:
+        from components.artifacts import METHODS
+
+        unknown = [m for m in self.methods if m not in METHODS]
+        if unknown:
+            raise ValueError(f"policy_fidelity.methods: {unknown} not in {list(METHODS)}")
+        return self
+
+
 class PromotionConfig(_Section):
     """When a registered candidate model replaces the champion (components/evaluation)."""
 

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import ValidationError, model_validator
+from pydantic import Field, ValidationError, model_validator
 
 from components.config.agent import AgentConfig, RLConfig
 from components.config.base import _Section
@@ -23,6 +23,7 @@ from components.config.data import (
 from components.config.evaluation import (
     DriftConfig,
     JudgeConfig,
+    PolicyFidelityConfig,
     PromotionConfig,
     ReportConfig,
     Theorem1Config,
@@ -66,6 +67,8 @@ class Config(_Section):
     drift: DriftConfig = DriftConfig()
     report: ReportConfig = ReportConfig()
     theorem1: Theorem1Config = Theorem1Config()
+    # a factory: its method check imports components.artifacts, which imports this module
+    policy_fidelity: PolicyFidelityConfig = Field(default_factory=PolicyFidelityConfig)
     promotion: PromotionConfig = PromotionConfig()
     orchestration: OrchestrationConfig = OrchestrationConfig()
 

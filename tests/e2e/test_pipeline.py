@@ -211,3 +211,18 @@ def test_theorem1_terms_are_measured_per_dreamgym_round(ran: Path):
             assert -1 <= it["real_gain"] <= 1 and it["bound"] <= it["surrogate_gain"]
     report = (ran / "reports" / "report.md").read_text()
     assert "**dreamgym_grpo**" in report[report.index("## Theorem 1") :]
+
+
+def test_policy_fidelity_plays_the_same_train_games_in_the_dream_and_for_real(ran: Path):
+    table = json.loads((ran / "metrics" / "policy_fidelity.json").read_text())
+    doc = table["textworld"]
+    assert table["_provenance_by_env"]["textworld"]["profile"] == "ci"
+    assert set(doc["methods"]) == {"sft", "dreamgym_grpo"} and doc["real_steps"] > 0
+    for f in doc["methods"].values():
+        assert f["dream"]["tasks"] == f["real"]["tasks"] == doc["games"]
+        assert f["episodes"] == doc["games"] * doc["passes"]
+        assert f["families"] and f["family_mae"] >= 0 and f["family_mae_constant"] >= 0
+    assert "dreamgym_grpo-sft" in doc["gains"]
+    rows = (ran / "data" / "policy_fidelity.jsonl").read_text().splitlines()
+    assert len(rows) == 2 * 2 * doc["games"] * doc["passes"]  # methods x sides
+    assert "| sft | all |" in (ran / "metrics" / "policy_fidelity.md").read_text()

@@ -88,7 +88,8 @@ def test_family_flows_and_nightly_refresh_select_stages_in_pipeline_order():
     for family in FAMILIES:
         stages = family_stages(ROOT, family)
         assert stages == [s for s in order if s in FAMILIES[family]]
-    assert family_stages(ROOT, "evaluation")[-4:] == ["judge", "drift", "theorem1", "report"]
+    evaluation = ["judge", "drift", "theorem1", "policy_fidelity", "report"]
+    assert family_stages(ROOT, "evaluation")[-5:] == evaluation
     nightly = [s for f in NIGHTLY_FAMILIES for s in family_stages(ROOT, f)]
     assert nightly == [s for s in order if s in nightly]  # data before the experience model
     assert {"collect", "build_buffer", "train_experience_model", "evaluate_fidelity"} <= set(

@@ -1,0 +1,167 @@
+"""Policy-level fidelity: does a policy succeed as often in the dream as in the real env?
+
+Transition-level fidelity (``fidelity.py``) scores one step at a time on recorded actions;
+it cannot see a dream that lets the policy *choose* steps the real env would not offer,
+or that is easier on one task family than another. Here fixed policies (SFT and the
+DreamGym policy) play the same train games in the synthetic env and in the real one, and
+the success rates are compared per task family, beside trivial baselines:
+
+- ``family_mae`` (dream) against ``family_mae_constant``: predicting every family's real
+  success by the policy's pooled real success (a dream that only knows the average);
+- the dream's gain of one policy over another against ``gain_error_none``: predicting
+  no change at all.
+
+Rows are plain dicts: ``method, side ("dream" | "real"), task_id, family, pass, won``.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from components.schema import Task
+
+DREAM, REAL = "dream", "real"
+SIDES = (DREAM, REAL)
+
+
+def select_games(tasks: Iterable[Task], per_family: int, seed: int) -> list[Task]:
+    """Up to ``per_family`` real train games of each family, a seeded sample, sorted."""
+    by_family: dict[str, list[Task]] = defaultdict(list)
+    for t in tasks:
+        if t.split == "train" and not t.generated:
+            by_family[t.family].append(t)
+    picked: list[Task] = []
+    for family in sorted(by_family):
+        pool = sorted(by_family[family], key=lambda t: t.task_id)
+        random.Random(f"{seed}-policy-fidelity-{family}").shuffle(pool)
+        picked += pool[:per_family]
+    return sorted(picked, key=lambda t: t.task_id)
+
+
+def _per_task(rows: Iterable[Mapping[str, Any]]) -> dict[str, float]:
+    """task -> success averaged over its passes."""
+    won: dict[str, list[float]] = defaultdict(list)
+    for r in rows:
+        won[r["task_id"]].append(float(r["won"]))
+    return {t: float(np.mean(v)) for t, v in won.items()}
+
+
+def _rate(values: Mapping[str, float]) -> dict[str, Any]:
+    """Mean over tasks with a 95% bootstrap interval over tasks."""
+    from components.agent.table1 import cluster_bootstrap
+
+    lo, hi = cluster_bootstrap({t: [v] for t, v in values.items()})
+    mean = float(np.mean(list(values.values()))) if values else 0.0
+    return {"success": mean, "ci_low": lo, "ci_high": hi, "tasks": len(values)}
+
+
+def _paired(a: Mapping[str, float], b: Mapping[str, float], seed: int) -> dict[str, Any]:
+    """Mean of a - b over shared tasks with a 95% bootstrap interval over tasks."""
+    from components.agent.table1 import cluster_bootstrap
+
+    diffs = {t: [a[t] - b[t]] for t in a if t in b}
+    lo, hi = cluster_bootstrap(diffs, seed=seed)
+    mean = float(np.mean([d[0] for d in diffs.values()])) if diffs else 0.0
+    return {"diff": mean, "ci_low": lo, "ci_high": hi, "tasks": len(diffs)}
+
+
+def method_fidelity(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """One policy's dream vs real success: overall, per family, and the family-level errors."""
+    side = {s: _per_task(r for r in rows if r["side"] == s) for s in SIDES}
+    family_of = {r["task_id"]: r["family"] for r in rows}
+    families: dict[str, Any] = {}
+    for fam in sorted(set(family_of.values())):
+        rates = {s: [v for t, v in side[s].items() if family_of[t] == fam] for s in SIDES}
+        if not rates[DREAM] or not rates[REAL]:
+            continue
+        dream, real = float(np.mean(rates[DREAM])), float(np.mean(rates[REAL]))
+        families[fam] = {
+            "dream": dream,
+            "real": real,
+            "gap": dream - real,
+            "tasks": len(rates[REAL]),
+        }
+    pooled_real = float(np.mean(list(side[REAL].values()))) if side[REAL] else 0.0
+    errors = [abs(f["gap"]) for f in families.values()]
+    constant = [abs(pooled_real - f["real"]) for f in families.values()]
+    return {
+        DREAM: _rate(side[DREAM]),
+        REAL: _rate(side[REAL]),
+        "gap": _paired(side[DREAM], side[REAL], seed=1),
+        "families": families,
+        "family_mae": float(np.mean(errors)) if errors else 0.0,
+        "family_mae_constant": float(np.mean(constant)) if constant else 0.0,
+        "episodes": sum(r["side"] == REAL for r in rows),
+    }
+
+
+def gain_fidelity(
+    rows: Sequence[Mapping[str, Any]], method: str, baseline: str
+) -> dict[str, Any] | None:
+    """The dream's gain of ``method`` over ``baseline`` beside the real one (same games)."""
+    by = {
+        (m, s): _per_task(r for r in rows if r["method"] == m and r["side"] == s)
+        for m in (method, baseline)
+        for s in SIDES
+    }
+    if not all(by.values()):
+        return None
+    dream = _paired(by[(method, DREAM)], by[(baseline, DREAM)], seed=2)
+    real = _paired(by[(method, REAL)], by[(baseline, REAL)], seed=3)
+    return {
+        DREAM: dream,
+        REAL: real,
+        "error": abs(dream["diff"] - real["diff"]),
+        "gain_error_none": abs(real["diff"]),  # trivial: "the policy did not change"
+        "same_sign": bool(np.sign(dream["diff"]) == np.sign(real["diff"])),
+    }
+
+
+def summarise(rows: Sequence[Mapping[str, Any]], methods: Sequence[str]) -> dict[str, Any]:
+    """Per method's dream vs real fidelity, and the gain of each later method over the first."""
+    out: dict[str, Any] = {"methods": {}, "gains": {}}
+    for m in methods:
+        mine = [r for r in rows if r["method"] == m]
+        if mine:
+            out["methods"][m] = method_fidelity(mine)
+    for m in methods[1:]:
+        gain = gain_fidelity(rows, m, methods[0])
+        if gain is not None:
+            out["gains"][f"{m}-{methods[0]}"] = gain
+    return out
+
+
+def markdown(env: str, doc: Mapping[str, Any]) -> str:
+    """One env's figure as a markdown table (percent; gap = dream - real)."""
+    lines = [
+        f"### {env}: dream vs real success on the same train games",
+        "",
+        "| policy | family | dream % | real % | gap |",
+        "|---|---|---|---|---|",
+    ]
+    for m, f in doc["methods"].items():
+        g = f["gap"]
+        lines.append(
+            f"| {m} | all | {100 * f[DREAM]['success']:.1f} | {100 * f[REAL]['success']:.1f} | "
+            f"{100 * g['diff']:+.1f} ({100 * g['ci_low']:+.1f}, {100 * g['ci_high']:+.1f}) |"
+        )
+        for fam, v in f["families"].items():
+            lines.append(
+                f"| {m} | {fam} | {100 * v['dream']:.1f} | {100 * v['real']:.1f} | "
+                f"{100 * v['gap']:+.1f} |"
+            )
+        lines.append(
+            f"| {m} | family MAE | {100 * f['family_mae']:.1f} | constant: "
+            f"{100 * f['family_mae_constant']:.1f} | |"
+        )
+    for name, g in doc["gains"].items():
+        lines.append(
+            f"| gain {name} | all | {100 * g[DREAM]['diff']:+.1f} | {100 * g[REAL]['diff']:+.1f} "
+            f"| error {100 * g['error']:.1f} (no-change: {100 * g['gain_error_none']:.1f}) |"
+        )
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,71 @@
+"""Policy-level fidelity: per-family dream vs real rates, their errors and the gain check."""
+
+from __future__ import annotations
+
+import pytest
+
+from components.evaluation.policy_fidelity import (
+    markdown,
+    method_fidelity,
+    select_games,
+    summarise,
+)
+from tests.factories import make_task
+
+
+def _rows(method: str, side: str, wins: dict[str, list[int]], family: dict[str, str]):
+    return [
+        {"method": method, "side": side, "task_id": t, "family": family[t], "pass": p, "won": w}
+        for t, ws in wins.items()
+        for p, w in enumerate(ws)
+    ]
+
+
+FAMILY = {"a1": "A", "a2": "A", "b1": "B", "b2": "B"}
+# the dream is optimistic on family B only: real B never wins, dreamt B always does
+SFT = _rows("sft", "dream", {"a1": [1, 0], "a2": [0, 0], "b1": [1, 1], "b2": [1, 1]}, FAMILY)
+SFT += _rows("sft", "real", {"a1": [1, 0], "a2": [0, 0], "b1": [0, 0], "b2": [0, 0]}, FAMILY)
+
+
+def test_optimism_shows_per_family_and_against_the_constant_baseline():
+    f = method_fidelity(SFT)
+    assert f["families"]["A"] == {"dream": 0.25, "real": 0.25, "gap": 0.0, "tasks": 2}
+    assert f["families"]["B"]["gap"] == pytest.approx(1.0)
+    assert f["dream"]["success"] == pytest.approx(0.625)
+    assert f["real"]["success"] == pytest.approx(0.125)
+    assert f["gap"]["diff"] == pytest.approx(0.5) and f["gap"]["tasks"] == 4
+    # the dream errs by 1.0 on B: worse than predicting every family by the pooled real rate
+    assert f["family_mae"] == pytest.approx(0.5)
+    assert f["family_mae_constant"] == pytest.approx(0.125)
+    assert f["episodes"] == 8
+
+
+def test_gain_is_compared_with_the_real_gain_and_no_change():
+    rl = _rows("rl", "dream", {"a1": [1, 1], "a2": [1, 1], "b1": [1, 1], "b2": [1, 1]}, FAMILY)
+    rl += _rows("rl", "real", {"a1": [1, 1], "a2": [1, 0], "b1": [0, 0], "b2": [0, 0]}, FAMILY)
+    doc = summarise(SFT + rl, ["sft", "rl"])
+    gain = doc["gains"]["rl-sft"]
+    assert gain["dream"]["diff"] == pytest.approx(0.375)
+    assert gain["real"]["diff"] == pytest.approx(0.25)
+    assert gain["error"] == pytest.approx(0.125) and gain["gain_error_none"] == pytest.approx(0.25)
+    assert gain["same_sign"] is True
+    text = markdown("textworld", doc)
+    assert "| sft | B | 100.0 | 0.0 | +100.0 |" in text and "gain rl-sft" in text
+
+
+def test_a_method_that_did_not_play_is_left_out():
+    doc = summarise(SFT, ["sft", "dreamgym_grpo"])
+    assert list(doc["methods"]) == ["sft"] and doc["gains"] == {}
+
+
+def test_games_are_a_seeded_sample_of_train_games_per_family():
+    tasks = [make_task(f"q{i}", family="quest") for i in range(5)]
+    tasks += [make_task(f"t{i}", family="treasure") for i in range(2)]
+    tasks += [make_task("v0", family="quest", split="validation")]
+    tasks += [make_task("g0", family="quest", generated=True)]
+    picked = select_games(tasks, per_family=3, seed=0)
+    assert [t.family for t in picked].count("quest") == 3
+    assert {t.task_id for t in picked if t.family == "treasure"} == {"t0", "t1"}
+    assert not {"v0", "g0"} & {t.task_id for t in picked}
+    assert picked == select_games(tasks, per_family=3, seed=0)
+    assert {t.task_id for t in select_games(tasks, 3, seed=1)} != {t.task_id for t in picked}
