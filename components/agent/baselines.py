@@ -206,7 +206,9 @@ def make_dpo_trainer(
     args = DPOConfig(
         **trainer_args(str(checkpoint_dir), d, acfg),
         beta=d.beta,
-        loss_type=[d.loss_type],
+        # RPO: TRL adds the chosen completion's NLL as the "sft" loss term
+        loss_type=[d.loss_type, "sft"] if d.sft_weight > 0 else [d.loss_type],
+        loss_weights=[1.0, d.sft_weight] if d.sft_weight > 0 else None,
     )
     peft_config = ref_model = None
     if acfg.lora:

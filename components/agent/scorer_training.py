@@ -9,7 +9,9 @@ were not the expert's action).
 DPO pairs, in the same state, the expert's command (chosen) with another admissible
 command (rejected); the log-probabilities are those of the softmax over commands, the
 reference is the frozen SFT policy, and the loss is DPO's sigmoid loss
-``-log sigmoid(beta * ((lp_c - ref_c) - (lp_r - ref_r)))``.
+``-log sigmoid(beta * ((lp_c - ref_c) - (lp_r - ref_r)))`` plus ``sft_weight * -lp_c``
+(RPO): DPO alone can widen the margin by lowering both commands, and the probability it
+frees goes to commands no pair holds.
 """
 
 from __future__ import annotations
@@ -240,10 +242,12 @@ def train_dpo(
     epochs: int,
     learning_rate: float,
     batch_size: int,
+    sft_weight: float = 0.0,
     seed: int = 0,
     progress: Progress | None = None,
 ) -> dict[str, Any]:
-    """DPO from the policy's current weights (the frozen reference); returns the loss."""
+    """DPO (+ ``sft_weight`` x NLL of the chosen command) from the policy's current
+    weights (the frozen reference); returns the loss."""
     import torch
 
     if not pairs:
@@ -263,10 +267,11 @@ def train_dpo(
         logp = torch.log_softmax(model(*inputs)[0], -1)
         with torch.no_grad():
             ref = torch.log_softmax(reference(*inputs)[0], -1)
-        margin = (logp.gather(1, chosen) - ref.gather(1, chosen)) - (
+        lp_chosen = logp.gather(1, chosen)
+        margin = (lp_chosen - ref.gather(1, chosen)) - (
             logp.gather(1, rejected) - ref.gather(1, rejected)
         )
-        loss = -torch.nn.functional.logsigmoid(beta * margin).mean()
+        loss = -torch.nn.functional.logsigmoid(beta * margin).mean() - sft_weight * lp_chosen.mean()
         return loss, int((margin > 0).sum())
 
     history = _fit(

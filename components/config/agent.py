@@ -58,6 +58,13 @@ class PolicyDPOConfig(_Section):
     max_pairs: int | None = Field(None, ge=1, description="seeded subset of pairs (None = all)")
     beta: float = Field(0.1, gt=0, description="strength of the pull to the SFT reference")
     loss_type: Literal["sigmoid", "ipo", "hinge"] = Field("sigmoid", description="DPO loss")
+    sft_weight: float = Field(
+        1.0,
+        ge=0,
+        description="weight of the chosen action's negative log-likelihood added to the DPO "
+        "loss (RPO; TRL loss_type 'sft'): without it DPO can lower the chosen action too and "
+        "move probability to actions no pair holds (0: plain DPO)",
+    )
     epochs: float = Field(5.0, gt=0, description="passes over the pairs")
     max_steps: OptimizerSteps = -1
     max_train_minutes: TrainMinutes = None

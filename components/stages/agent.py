@@ -128,6 +128,7 @@ def dpo_seed(cfg: Config, paths: Paths, seed: int, demos: list) -> dict[str, Any
         policy,
         pairs,
         beta=d.beta,
+        sft_weight=d.sft_weight,
         epochs=max(1, round(d.epochs)),
         learning_rate=d.learning_rate,
         batch_size=d.batch_size,

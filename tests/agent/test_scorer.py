@@ -253,3 +253,47 @@ def test_the_sft_term_clones_the_expert_during_rl(quest_games, tmp_path, one_thr
     )
     assert summary["optimizer_updates"] >= 1
     assert accuracy(policy, demos) >= before + 0.2, (before, accuracy(policy, demos))
+
+
+@pytest.mark.integration
+def test_the_sft_term_keeps_dpo_from_lowering_the_expert_command(quest_games, one_thread):
+    """Plain DPO widens the margin by lowering the chosen command too (its mass goes to
+    commands no pair holds); with ``sft_weight`` the chosen command keeps its probability."""
+    import copy
+
+    import torch
+
+    from components.agent.scorer import ScorerPolicy, ScorerSettings, collate
+    from components.agent.scorer_training import (
+        expert_steps,
+        preference_pairs,
+        train_dpo,
+        train_sft,
+    )
+
+    cfg, _, _, trajs = quest_games
+    demos, _ = expert_steps(trajs)
+    sft = ScorerPolicy(ScorerSettings(max_steps=cfg.env.max_steps), seed=0)
+    train_sft(sft, demos, epochs=5, learning_rate=1e-3, batch_size=32, seed=0)
+    pairs = preference_pairs(demos, 3, seed=0)
+
+    def chosen_logp(policy: ScorerPolicy) -> float:
+        decisions = policy.decide([d.observation for d in demos])
+        with torch.no_grad():
+            logp = torch.log_softmax(policy.model(*collate(decisions))[0], -1)
+        pairs_ = zip(decisions, demos, strict=True)
+        idx = torch.tensor([dec.commands.index(d.action) for dec, d in pairs_])
+        return float(logp.gather(1, idx.unsqueeze(1)).mean())
+
+    out = {}
+    for weight in (0.0, 1.0):
+        policy = ScorerPolicy(
+            sft.scorer_settings, encoder=sft.encoder, net=copy.deepcopy(sft.model)
+        )
+        result = train_dpo(
+            policy, pairs, beta=0.1, epochs=30, learning_rate=3e-3, batch_size=16,
+            sft_weight=weight, seed=0,
+        )  # fmt: skip
+        assert result["reward_accuracy"] > 0.5
+        out[weight] = chosen_logp(policy)
+    assert out[1.0] > out[0.0] + 0.05, out
