@@ -16,9 +16,16 @@ the other in one process on the same prompts:
 
 - ``hf_generate``: plain ``model.generate`` (greedy, dynamic cache, SDPA attention), all
   rows in one call: the baseline.
-- ``graph``: ``components.lm.graph_decode.GraphDecoder`` (the Generator's CUDA default),
-  its eager decode step captured once per attended length as a CUDA graph.
-- ``graph_compiled``: the same step through ``torch.compile`` before capture.
+- ``graph_torch``: ``components.lm.graph_decode.GraphDecoder`` with its attention as eager
+  torch ops (~8 kernels a layer), the step captured once per attended length as a CUDA
+  graph.
+- ``graph_torch_compiled``: the same step through ``torch.compile`` before capture.
+- ``graph_triton``: the attention as one Triton kernel per layer
+  (``components.lm.decode_attention``: rotary, cache write, masked GQA attention), one
+  CUDA graph for every step.
+- ``graph_triton_compiled``: that, with the rest of the layer through ``torch.compile``.
+- ``graph_triton_compiled_2mb``: that, the rows split in two micro-batches decoded on two
+  CUDA streams in the one graph (one half's attention overlaps the other's matmuls).
 
 Per backend: prefill and decode seconds (CUDA-synchronised wall clock, after one warm-up
 call that also captures the graphs), decode step ms, tokens/s over the whole call and
@@ -43,6 +50,14 @@ PROMPT_LENS = tuple(
     int(x) for x in os.environ.get("BENCH_GPU_PROMPTS", "512,1024,2048,3072,4096").split(",")
 )
 SMOLLM2_DIR = Path("models/base/smollm2-135m-instruct")
+# label -> GraphDecoder options; the compiled ones last (a slow compile costs nothing else)
+GRAPH_BACKENDS: dict[str, dict[str, Any]] = {
+    "graph_torch": {"attention": "torch"},
+    "graph_triton": {"attention": "triton"},
+    "graph_triton_compiled": {"attention": "triton", "compile": True},
+    "graph_triton_compiled_2mb": {"attention": "triton", "compile": True, "micro_batches": 2},
+    "graph_torch_compiled": {"attention": "torch", "compile": True},
+}
 # SmolLM2-135M(-Instruct)'s config.json, the fields that shape the computation
 SMOLLM2_135M = {
     "vocab_size": 49152,
@@ -150,10 +165,15 @@ def agreement(model: Any, n_rows: int = 8, width: int = 256, new: int = 32) -> d
     m32 = copy.deepcopy(model).float()
     ids = torch.randint(0, m32.config.vocab_size, (n_rows, width), device="cuda")
     _, _, ref = run_hf(m32, ids, new)
-    dec = GraphDecoder(m32, n_rows, width + new, bucket=64)
-    _, _, ours = run_graph(dec, ids, new)
-    same = (ref == ours).all(dim=1)
-    return {"rows": n_rows, "new_tokens": new, "identical_rows": int(same.sum())}
+    result: dict[str, Any] = {"rows": n_rows, "new_tokens": new}
+    for attention, micro in (("torch", 1), ("triton", 1), ("triton", 2)):
+        dec = GraphDecoder(
+            m32, n_rows, width + new, bucket=64, attention=attention, micro_batches=micro
+        )
+        _, _, ours = run_graph(dec, ids, new)
+        label = attention if micro == 1 else f"{attention}_{micro}mb"
+        result[f"identical_rows_{label}"] = int((ref == ours).all(dim=1).sum())
+    return result
 
 
 def main() -> dict[str, Any] | None:
@@ -203,10 +223,8 @@ def main() -> dict[str, Any] | None:
         gen = torch.Generator(device="cuda").manual_seed(width)
         vocab = model.config.vocab_size
         prompts[width] = torch.randint(0, vocab, (BATCH, width), device="cuda", generator=gen)
-    # pass 1: the baseline and the eager graph path; pass 2: the compiled step (its
-    # compilation comes last, so a slow compile cannot cost the other figures)
     decoders: dict[str, Any] = {}
-    for label in ("hf_generate", "graph", "graph_compiled"):
+    for label in ("hf_generate", *GRAPH_BACKENDS):
         for width in PROMPT_LENS:
             ids = prompts[width]
             row = result["by_prompt_len"].setdefault(str(width), {})
@@ -219,10 +237,7 @@ def main() -> dict[str, Any] | None:
                     if label not in decoders:
                         decoders.clear()  # one decoder's cache at a time
                         decoders[label] = GraphDecoder(
-                            model,
-                            BATCH,
-                            width_max + NEW_TOKENS,
-                            compile=label == "graph_compiled",
+                            model, BATCH, width_max + NEW_TOKENS, **GRAPH_BACKENDS[label]
                         )
                     started = time.perf_counter()
                     run_graph(decoders[label], ids, NEW_TOKENS)  # warm-up: captures graphs

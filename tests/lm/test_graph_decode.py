@@ -126,3 +126,26 @@ def test_unsupported_models_are_refused():
     assert not supports(model)
     with pytest.raises(ValueError, match="unsupported model type 'gpt2'"):
         GraphDecoder(model, 2, 64)
+
+
+def test_two_micro_batches_decode_exactly_like_one_batch(random_model, tokenizer):
+    """The rows split in two independent halves (two CUDA streams on a GPU): same tokens."""
+    import torch
+
+    gen = Generator(random_model, tokenizer)
+    texts = [p for p in PROMPTS if isinstance(p, str)][:4]
+    encoded = [tokenizer.encode(t) for t in texts]
+    ids, mask = gen._left_pad(encoded, max(map(len, encoded)))
+
+    def greedy(logits):
+        return logits.argmax(-1), torch.log_softmax(logits.float(), -1).amax(-1)
+
+    out = {}
+    for micro in (1, 2):
+        dec = GraphDecoder(random_model, 4, 64, bucket=16, micro_batches=micro)
+        with torch.no_grad():
+            out[micro] = dec.generate(ids, mask, max_new_tokens=12, pick=greedy)
+    assert torch.equal(out[1][0], out[2][0])
+    assert torch.allclose(out[1][1], out[2][1], atol=1e-5)
+    with pytest.raises(ValueError, match="micro_batches"):
+        GraphDecoder(random_model, 3, 64, micro_batches=2)
