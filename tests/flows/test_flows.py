@@ -165,9 +165,10 @@ def test_pipeline_flow_runs_a_real_dvc_stage_nested_under_its_mlflow_run(
     with pytest.raises(ValueError, match="unknown stages"):
         pipeline(root=str(scratch_project), stages=["no_such_stage"])
 
-    state = pipeline(root=str(scratch_project), stages=["report"], force=True, return_state=True)
-    assert state.is_completed(), state
-    assert state.result() == ["report"]
+    # The plain call returns the flow's in-memory value; `return_state=True` + `state.result()`
+    # can hand back the server's copy of the Completed state, which has no data (MissingResult
+    # on a loaded CI machine, stop 39).
+    assert pipeline(root=str(scratch_project), stages=["report"], force=True) == ["report"]
     text = (scratch_project / "reports" / "report.md").read_text()
     assert "| SFT | 50.0 | [20.0, 80.0] | n/a |  |  | 8 | 1 |" in text
     outs = yaml.safe_load((scratch_project / "dvc.yaml").read_text())["stages"]["report"]["outs"]
