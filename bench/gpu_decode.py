@@ -26,6 +26,12 @@ the other in one process on the same prompts:
 - ``graph_triton_compiled``: that, with the rest of the layer through ``torch.compile``.
 - ``graph_triton_compiled_2mb``: that, the rows split in two micro-batches decoded on two
   CUDA streams in the one graph (one half's attention overlaps the other's matmuls).
+- ``graph_fused``: the experimental ``bench.fused_decode.FusedGraphDecoder``: five Triton
+  kernels a layer (RMSNorm folded into the q/k/v and gate/up GEMMs, SiLU and residual adds
+  in GEMM epilogues), no torch.compile.
+
+``BENCH_GPU_BACKENDS`` (comma-separated labels) measures a subset, e.g. a candidate beside
+the default; ``hf_generate`` stays the baseline whenever it is listed.
 
 Per backend: prefill and decode seconds (CUDA-synchronised wall clock, after one warm-up
 call that also captures the graphs), decode step ms, tokens/s over the whole call and
@@ -49,11 +55,15 @@ NEW_TOKENS = int(os.environ.get("BENCH_GPU_NEW", "256"))
 PROMPT_LENS = tuple(
     int(x) for x in os.environ.get("BENCH_GPU_PROMPTS", "512,1024,2048,3072,4096").split(",")
 )
+BACKENDS = tuple(
+    x for x in os.environ.get("BENCH_GPU_BACKENDS", "").split(",") if x
+)  # empty: all of them
 SMOLLM2_DIR = Path("models/base/smollm2-135m-instruct")
 # label -> GraphDecoder options; the compiled ones last (a slow compile costs nothing else)
 GRAPH_BACKENDS: dict[str, dict[str, Any]] = {
     "graph_torch": {"attention": "torch"},
     "graph_triton": {"attention": "triton"},
+    "graph_fused": {"decoder": "fused"},
     "graph_triton_compiled": {"attention": "triton", "compile": True},
     "graph_triton_compiled_2mb": {"attention": "triton", "compile": True, "micro_batches": 2},
     "graph_torch_compiled": {"attention": "torch", "compile": True},
@@ -72,6 +82,17 @@ SMOLLM2_135M = {
     "tie_word_embeddings": True,
     "hidden_act": "silu",
 }
+
+
+def make_decoder(model: Any, batch: int, capacity: int, **options: Any) -> Any:
+    """A graph decoder from a ``GRAPH_BACKENDS`` entry (``decoder="fused"``: the candidate)."""
+    from components.lm.graph_decode import GraphDecoder
+
+    if options.pop("decoder", None) == "fused":
+        from bench.fused_decode import FusedGraphDecoder
+
+        return FusedGraphDecoder(model, batch, capacity, **options)
+    return GraphDecoder(model, batch, capacity, **options)
 
 
 def build_model(device: str, dtype: Any) -> tuple[Any, dict[str, Any]]:
@@ -160,18 +181,19 @@ def agreement(model: Any, n_rows: int = 8, width: int = 256, new: int = 32) -> d
 
     import torch
 
-    from components.lm.graph_decode import GraphDecoder
-
     m32 = copy.deepcopy(model).float()
     ids = torch.randint(0, m32.config.vocab_size, (n_rows, width), device="cuda")
     _, _, ref = run_hf(m32, ids, new)
     result: dict[str, Any] = {"rows": n_rows, "new_tokens": new}
-    for attention, micro in (("torch", 1), ("triton", 1), ("triton", 2)):
-        dec = GraphDecoder(
-            m32, n_rows, width + new, bucket=64, attention=attention, micro_batches=micro
-        )
+    variants = {
+        "torch": {"attention": "torch"},
+        "triton": {"attention": "triton"},
+        "triton_2mb": {"attention": "triton", "micro_batches": 2},
+        "fused": {"decoder": "fused"},
+    }
+    for label, options in variants.items():
+        dec = make_decoder(m32, n_rows, width + new, bucket=64, **options)
         _, _, ours = run_graph(dec, ids, new)
-        label = attention if micro == 1 else f"{attention}_{micro}mb"
         result[f"identical_rows_{label}"] = int((ref == ours).all(dim=1).sum())
     return result
 
@@ -181,7 +203,6 @@ def main() -> dict[str, Any] | None:
     import torch
 
     from bench.generation import peak_bandwidth
-    from components.lm.graph_decode import GraphDecoder
 
     if not torch.cuda.is_available():
         print(f"no CUDA device: {RESULTS} left as it is (run this on a GPU machine)")
@@ -224,7 +245,8 @@ def main() -> dict[str, Any] | None:
         vocab = model.config.vocab_size
         prompts[width] = torch.randint(0, vocab, (BATCH, width), device="cuda", generator=gen)
     decoders: dict[str, Any] = {}
-    for label in ("hf_generate", *GRAPH_BACKENDS):
+    labels = [x for x in ("hf_generate", *GRAPH_BACKENDS) if not BACKENDS or x in BACKENDS]
+    for label in labels:
         for width in PROMPT_LENS:
             ids = prompts[width]
             row = result["by_prompt_len"].setdefault(str(width), {})
@@ -236,7 +258,7 @@ def main() -> dict[str, Any] | None:
                 else:
                     if label not in decoders:
                         decoders.clear()  # one decoder's cache at a time
-                        decoders[label] = GraphDecoder(
+                        decoders[label] = make_decoder(
                             model, BATCH, width_max + NEW_TOKENS, **GRAPH_BACKENDS[label]
                         )
                     started = time.perf_counter()

@@ -1,0 +1,209 @@
+"""Experimental decode step: five Triton kernels per layer (norms and residuals fused in).
+
+Status: a candidate, measured by ``bench.gpu_decode`` (label ``graph_fused``) beside the
+default ``GraphDecoder``; it moves into ``components/lm`` only once a GPU run shows it
+faster. Kept here until then because every agent stage of the pipeline depends on
+``components/lm`` (dvc.yaml): changing it re-runs every environment's Table 1.
+
+Why: at batch 256 and 512 prompt tokens an H200 decode step of SmolLM2-135M spends
+~1.1 ms of its ~2.1 ms before reading any KV byte (bench/results/gpu_decode.json): 30
+layers x ~8 kernels, most of them small GEMMs whose 128-wide tiles leave most SMs idle at
+256 rows, plus the RMSNorm, SiLU-gate and residual kernels between them. Here a layer is
+
+1. ``qkv = rms_norm(x) @ Wqkv^T``: the norm's gain is folded into the weight's columns and
+   the row's ``1/rms`` is computed inside the GEMM's K loop (the GEMM reads the whole row
+   anyway), applied to the accumulator;
+2. the attention kernel of ``components.lm.decode_attention`` (unchanged);
+3. ``x = x + attn @ Wo^T``: the residual add in the GEMM's epilogue;
+4. ``h = silu(g) * u`` with ``[g, u] = rms_norm(x) @ Wgate_up^T``: one program computes a
+   gate tile and the matching up tile, so the SiLU product is its epilogue;
+5. ``x = x + h @ Wdown^T``.
+
+The GEMM tiles (16-64 rows, 32-128 columns) are autotuned per shape, so the small
+projections spread over the SMs. Rounding differs from the eager path (the normalised
+hidden state is never rounded to the model dtype; the gain is rounded into the weight);
+in float32 the greedy tokens equal ``model.generate``'s (tests/bench/test_fused_decode.py,
+CUDA or the Triton CPU interpreter).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from components.lm.graph_decode import GraphDecoder
+
+_KERNEL: Any = None
+
+
+def _kernel() -> Any:
+    """The fused linear kernel, defined on first use (Triton imported only here)."""
+    global _KERNEL
+    if _KERNEL is not None:
+        return _KERNEL
+    import triton
+    import triton.language as tl
+
+    configs = [
+        triton.Config({"BLOCK_M": m, "BLOCK_N": n, "BLOCK_K": k}, num_warps=w, num_stages=3)
+        for m in (16, 32, 64)
+        for n in (32, 64, 128)
+        for k in (64, 128)
+        for w in (2, 4)
+    ]
+    if os.environ.get("TRITON_INTERPRET") == "1":  # the CPU interpreter cannot time configs
+        configs = [triton.Config({"BLOCK_M": 16, "BLOCK_N": 32, "BLOCK_K": 64}, num_warps=4)]
+
+    @triton.autotune(configs=configs, key=["M", "N", "K", "NORM", "GLU", "RESIDUAL", "PRECISION"])
+    @triton.jit
+    def fused_linear_kernel(
+        a_ptr,  # (M, K) input rows
+        w_ptr,  # (N, K), or (2N, K) for GLU: gate rows then up rows (Linear layout)
+        bias_ptr,  # (N,) or a dummy
+        res_ptr,  # (M, N) residual, or a dummy
+        out_ptr,  # (M, N)
+        M,
+        N,
+        K,
+        eps,
+        stride_am,
+        stride_wn,
+        stride_rm,
+        stride_om,
+        NORM: tl.constexpr,  # scale each row by 1 / rms(a row) (gain folded into w)
+        GLU: tl.constexpr,  # out = silu(a @ w_gate^T) * (a @ w_up^T)
+        HAS_BIAS: tl.constexpr,
+        RESIDUAL: tl.constexpr,  # out = res + a @ w^T
+        PRECISION: tl.constexpr,  # "ieee" for exact float32 dots (tf32 would round them)
+        BLOCK_M: tl.constexpr,
+        BLOCK_N: tl.constexpr,
+        BLOCK_K: tl.constexpr,
+    ):
+        offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+        offs_n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+        offs_k = tl.arange(0, BLOCK_K)
+        m_ok = offs_m < M
+        n_ok = offs_n < N
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        acc_up = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        sum_sq = tl.zeros((BLOCK_M,), dtype=tl.float32)
+        for k0 in range(0, K, BLOCK_K):
+            ks = k0 + offs_k
+            k_ok = ks < K
+            a = tl.load(
+                a_ptr + offs_m[:, None] * stride_am + ks[None, :],
+                mask=m_ok[:, None] & k_ok[None, :],
+                other=0.0,
+            )
+            if NORM:
+                a32 = a.to(tl.float32)
+                sum_sq += tl.sum(a32 * a32, axis=1)
+            w_ok = k_ok[:, None] & n_ok[None, :]
+            w = tl.load(w_ptr + offs_n[None, :] * stride_wn + ks[:, None], mask=w_ok, other=0.0)
+            acc = tl.dot(a, w, acc, input_precision=PRECISION)
+            if GLU:
+                up_rows = offs_n[None, :] + N
+                wu = tl.load(w_ptr + up_rows * stride_wn + ks[:, None], mask=w_ok, other=0.0)
+                acc_up = tl.dot(a, wu, acc_up, input_precision=PRECISION)
+        if NORM:
+            inv_rms = 1.0 / tl.sqrt(sum_sq / K + eps)
+            acc = acc * inv_rms[:, None]
+            if GLU:
+                acc_up = acc_up * inv_rms[:, None]
+        if HAS_BIAS:
+            acc += tl.load(bias_ptr + offs_n, mask=n_ok, other=0.0).to(tl.float32)[None, :]
+        if GLU:
+            acc = acc / (1.0 + tl.exp(-acc)) * acc_up
+        out_ok = m_ok[:, None] & n_ok[None, :]
+        if RESIDUAL:
+            res = tl.load(res_ptr + offs_m[:, None] * stride_rm + offs_n[None, :], mask=out_ok)
+            acc += res.to(tl.float32)
+        dst = out_ptr + offs_m[:, None] * stride_om + offs_n[None, :]
+        tl.store(dst, acc.to(out_ptr.dtype.element_ty), mask=out_ok)
+
+    _KERNEL = fused_linear_kernel
+    return _KERNEL
+
+
+def fused_linear(
+    a: Any,
+    weight: Any,
+    *,
+    bias: Any = None,
+    residual: Any = None,
+    norm_eps: float | None = None,
+    glu: bool = False,
+) -> Any:
+    """``[res +] f(a) @ weight^T [+ bias]`` in one kernel; ``f`` = 1/rms per row if ``norm_eps``.
+
+    ``glu=True``: ``weight`` holds gate then up rows and the result is
+    ``silu(gate) * up`` (half as wide as ``weight`` is tall).
+    """
+    import torch
+    import triton
+
+    if a.stride(-1) != 1 or weight.stride(-1) != 1:
+        raise ValueError("fused_linear: the last dimension must be contiguous")
+    m, k = a.shape
+    n = weight.shape[0] // 2 if glu else weight.shape[0]
+    out = torch.empty((m, n), dtype=a.dtype, device=a.device)
+    dummy = out
+    _kernel()[lambda meta: (triton.cdiv(m, meta["BLOCK_M"]), triton.cdiv(n, meta["BLOCK_N"]))](
+        a,
+        weight,
+        bias if bias is not None else dummy,
+        residual if residual is not None else dummy,
+        out,
+        m,
+        n,
+        k,
+        norm_eps if norm_eps is not None else 0.0,
+        a.stride(0),
+        weight.stride(0),
+        residual.stride(0) if residual is not None else 0,
+        out.stride(0),
+        NORM=norm_eps is not None,
+        GLU=glu,
+        HAS_BIAS=bias is not None,
+        RESIDUAL=residual is not None,
+        PRECISION="ieee" if a.dtype == torch.float32 else "tf32",
+    )
+    return out
+
+
+class FusedGraphDecoder(GraphDecoder):
+    """``GraphDecoder`` whose layer is five Triton kernels (see the module docstring)."""
+
+    def __init__(self, model: Any, batch_size: int, capacity: int, **kwargs: Any) -> None:
+        if kwargs.get("compile") or kwargs.get("attention", "triton") != "triton":
+            raise ValueError("FusedGraphDecoder: Triton attention, no torch.compile")
+        super().__init__(model, batch_size, capacity, attention="triton", **kwargs)
+
+    def refresh_weights(self) -> None:
+        """The fused buffers, with each RMSNorm's gain folded into the next GEMM's columns."""
+        import torch
+
+        super().refresh_weights()
+        with torch.no_grad():
+            for w in self.layers:
+                w.qkv.mul_(w.ln1)
+                w.gate_up.mul_(w.ln2)
+
+    def _layer(
+        self,
+        x: Any,
+        weights: tuple[Any, ...],
+        k_cache: Any,
+        v_cache: Any,
+        col: Any,
+        cos: Any,
+        sin: Any,
+        mask: Any,
+    ) -> Any:
+        """One layer as norm+qkv, attention, o+residual, norm+gate/up+SiLU, down+residual."""
+        qkv_w, qkv_b, o_w, gate_up_w, down_w, _, _ = weights
+        qkv = fused_linear(x, qkv_w, bias=qkv_b, norm_eps=self.eps)
+        out = self._triton_attention(qkv, cos, sin, k_cache, v_cache, mask)
+        x = fused_linear(out, o_w, residual=x)
+        h = fused_linear(x, gate_up_w, norm_eps=self.eps, glu=True)
+        return fused_linear(h, down_w, residual=x)

@@ -1,0 +1,84 @@
+"""The experimental fused decode step (bench/fused_decode.py) equals plain torch.
+
+Runs on CUDA, or on a CPU under Triton's interpreter (``TRITON_INTERPRET=1`` with triton
+installed); CI has neither, so it skips these.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+torch = pytest.importorskip("torch")
+_INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+pytestmark = pytest.mark.skipif(
+    DEVICE == "cpu" and not _INTERPRET, reason="needs CUDA or TRITON_INTERPRET=1"
+)
+
+
+def _randn(*shape):
+    return torch.randn(*shape, device=DEVICE)
+
+
+@pytest.mark.parametrize("bias", [False, True])
+def test_norm_folded_into_the_gemm_equals_rms_norm_then_linear(bias):
+    pytest.importorskip("triton")
+    from bench.fused_decode import fused_linear
+
+    torch.manual_seed(0)
+    x, w, gain = _randn(5, 72), _randn(40, 72), _randn(72)
+    b = _randn(40) if bias else None
+    ref = torch.nn.functional.linear(torch.nn.functional.rms_norm(x, (72,), gain, 1e-5), w, b)
+    out = fused_linear(x, (w * gain).contiguous(), bias=b, norm_eps=1e-5)
+    torch.testing.assert_close(out, ref, atol=1e-4, rtol=1e-4)
+
+
+def test_gate_up_with_silu_and_the_residual_epilogue_equal_the_mlp():
+    pytest.importorskip("triton")
+    from bench.fused_decode import fused_linear
+
+    torch.manual_seed(1)
+    x, gain, gate_up, down = _randn(7, 48), _randn(48), _randn(80, 48), _randn(48, 40)
+    hidden = torch.nn.functional.rms_norm(x, (48,), gain, 1e-6)
+    gate, up = (hidden @ gate_up.t()).chunk(2, -1)
+    ref = x + (torch.nn.functional.silu(gate) * up) @ down.t()
+    h = fused_linear(x, (gate_up * gain).contiguous(), norm_eps=1e-6, glu=True)
+    assert h.shape == (7, 40)
+    out = fused_linear(h, down, residual=x)
+    torch.testing.assert_close(out, ref, atol=1e-4, rtol=1e-4)
+
+
+def test_fused_decoder_picks_the_same_greedy_tokens_as_the_plain_decoder(random_model):
+    pytest.importorskip("triton")
+    import copy
+
+    from bench.fused_decode import FusedGraphDecoder
+    from components.lm.graph_decode import GraphDecoder
+
+    model = copy.deepcopy(random_model).to(DEVICE)
+    torch.manual_seed(2)
+    ids = torch.randint(3, model.config.vocab_size, (4, 12), device=DEVICE)
+    mask = torch.ones_like(ids)
+    mask[1, :3] = 0  # a left-padded row
+    mask[3, :7] = 0
+
+    def greedy(logits):
+        return torch.argmax(logits, dim=-1), torch.log_softmax(logits.float(), -1).amax(-1)
+
+    with torch.no_grad():
+        plain = GraphDecoder(model, 4, 32, attention="torch", graphs=False)
+        ref, ref_lp = plain.generate(ids, mask, max_new_tokens=10, pick=greedy)
+        fused = FusedGraphDecoder(model, 4, 32, graphs=DEVICE == "cuda")
+        out, lp = fused.generate(ids, mask, max_new_tokens=10, pick=greedy)
+    assert torch.equal(out, ref)
+    torch.testing.assert_close(lp, ref_lp, atol=1e-4, rtol=1e-4)
+    assert len(set(ref.flatten().tolist())) > 3  # not a degenerate repeat of one token
+
+
+def test_fused_decoder_refuses_what_it_does_not_fuse(random_model):
+    from bench.fused_decode import FusedGraphDecoder
+
+    with pytest.raises(ValueError, match="no torch"):
+        FusedGraphDecoder(random_model, 2, 16, compile=True)
