@@ -44,12 +44,16 @@ def _kernel() -> Any:
     import triton
     import triton.language as tl
 
+    # 18 tiles, each compiled and timed once per GEMM shape (4 per model) on first use
     configs = [
-        triton.Config({"BLOCK_M": m, "BLOCK_N": n, "BLOCK_K": k}, num_warps=w, num_stages=3)
+        triton.Config(
+            {"BLOCK_M": m, "BLOCK_N": n, "BLOCK_K": k},
+            num_warps=2 if m * n <= 1024 else 4,
+            num_stages=3,
+        )
         for m in (16, 32, 64)
         for n in (32, 64, 128)
         for k in (64, 128)
-        for w in (2, 4)
     ]
     if os.environ.get("TRITON_INTERPRET") == "1":  # the CPU interpreter cannot time configs
         configs = [triton.Config({"BLOCK_M": 16, "BLOCK_N": 32, "BLOCK_K": 64}, num_warps=4)]
@@ -74,6 +78,7 @@ def _kernel() -> Any:
         GLU: tl.constexpr,  # out = silu(a @ w_gate^T) * (a @ w_up^T)
         HAS_BIAS: tl.constexpr,
         RESIDUAL: tl.constexpr,  # out = res + a @ w^T
+        PDL: tl.constexpr,  # launched as a programmatic dependent launch (Hopper+)
         PRECISION: tl.constexpr,  # "ieee" for exact float32 dots (tf32 would round them)
         BLOCK_M: tl.constexpr,
         BLOCK_N: tl.constexpr,
@@ -82,6 +87,11 @@ def _kernel() -> Any:
         offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
         offs_n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
         offs_k = tl.arange(0, BLOCK_K)
+        if PDL:
+            # let the next kernel's blocks get resident now; wait for the previous kernel's
+            # writes before reading anything it produced (every input but the weights)
+            tl.extra.cuda.gdc_launch_dependents()
+            tl.extra.cuda.gdc_wait()
         m_ok = offs_m < M
         n_ok = offs_n < N
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
@@ -133,11 +143,14 @@ def fused_linear(
     residual: Any = None,
     norm_eps: float | None = None,
     glu: bool = False,
+    pdl: bool = False,
 ) -> Any:
     """``[res +] f(a) @ weight^T [+ bias]`` in one kernel; ``f`` = 1/rms per row if ``norm_eps``.
 
     ``glu=True``: ``weight`` holds gate then up rows and the result is
-    ``silu(gate) * up`` (half as wide as ``weight`` is tall).
+    ``silu(gate) * up`` (half as wide as ``weight`` is tall). ``pdl=True``: launched as a
+    programmatic dependent launch, so it is resident before the previous kernel ends
+    (CUDA, compute capability 9+).
     """
     import torch
     import triton
@@ -166,7 +179,9 @@ def fused_linear(
         GLU=glu,
         HAS_BIAS=bias is not None,
         RESIDUAL=residual is not None,
+        PDL=pdl,
         PRECISION="ieee" if a.dtype == torch.float32 else "tf32",
+        **({"launch_pdl": True} if pdl else {}),
     )
     return out
 
@@ -174,10 +189,13 @@ def fused_linear(
 class FusedGraphDecoder(GraphDecoder):
     """``GraphDecoder`` whose layer is five Triton kernels (see the module docstring)."""
 
-    def __init__(self, model: Any, batch_size: int, capacity: int, **kwargs: Any) -> None:
-        if kwargs.get("compile") or kwargs.get("attention", "triton") != "triton":
+    def __init__(
+        self, model: Any, batch_size: int, capacity: int, *, pdl: bool = False, **kwargs: Any
+    ) -> None:
+        if kwargs.get("compile") or kwargs.pop("attention", "triton") != "triton":
             raise ValueError("FusedGraphDecoder: Triton attention, no torch.compile")
         super().__init__(model, batch_size, capacity, attention="triton", **kwargs)
+        self.pdl = pdl  # the GEMMs as programmatic dependent launches
 
     def refresh_weights(self) -> None:
         """The fused buffers, with each RMSNorm's gain folded into the next GEMM's columns."""
@@ -202,8 +220,9 @@ class FusedGraphDecoder(GraphDecoder):
     ) -> Any:
         """One layer as norm+qkv, attention, o+residual, norm+gate/up+SiLU, down+residual."""
         qkv_w, qkv_b, o_w, gate_up_w, down_w, _, _ = weights
-        qkv = fused_linear(x, qkv_w, bias=qkv_b, norm_eps=self.eps)
+        pdl = self.pdl
+        qkv = fused_linear(x, qkv_w, bias=qkv_b, norm_eps=self.eps, pdl=pdl)
         out = self._triton_attention(qkv, cos, sin, k_cache, v_cache, mask)
-        x = fused_linear(out, o_w, residual=x)
-        h = fused_linear(x, gate_up_w, norm_eps=self.eps, glu=True)
-        return fused_linear(h, down_w, residual=x)
+        x = fused_linear(out, o_w, residual=x, pdl=pdl)
+        h = fused_linear(x, gate_up_w, norm_eps=self.eps, glu=True, pdl=pdl)
+        return fused_linear(h, down_w, residual=x, pdl=pdl)

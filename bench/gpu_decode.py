@@ -28,7 +28,8 @@ the other in one process on the same prompts:
   CUDA streams in the one graph (one half's attention overlaps the other's matmuls).
 - ``graph_fused``: the experimental ``bench.fused_decode.FusedGraphDecoder``: five Triton
   kernels a layer (RMSNorm folded into the q/k/v and gate/up GEMMs, SiLU and residual adds
-  in GEMM epilogues), no torch.compile.
+  in GEMM epilogues), no torch.compile. ``graph_fused_pdl``: its GEMMs launched as
+  programmatic dependent launches (resident before the previous kernel ends).
 
 ``BENCH_GPU_BACKENDS`` (comma-separated labels) measures a subset, e.g. a candidate beside
 the default; ``hf_generate`` stays the baseline whenever it is listed.
@@ -64,6 +65,7 @@ GRAPH_BACKENDS: dict[str, dict[str, Any]] = {
     "graph_torch": {"attention": "torch"},
     "graph_triton": {"attention": "triton"},
     "graph_fused": {"decoder": "fused"},
+    "graph_fused_pdl": {"decoder": "fused", "pdl": True},
     "graph_triton_compiled": {"attention": "triton", "compile": True},
     "graph_triton_compiled_2mb": {"attention": "triton", "compile": True, "micro_batches": 2},
     "graph_torch_compiled": {"attention": "torch", "compile": True},

@@ -1,7 +1,7 @@
 """The experimental fused decode step (bench/fused_decode.py) equals plain torch.
 
 Runs on CUDA, or on a CPU under Triton's interpreter (``TRITON_INTERPRET=1`` with triton
-installed); CI has neither, so it skips these.
+installed); the sm_90 compile check needs triton only. CI has no triton: it skips these.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import pytest
 torch = pytest.importorskip("torch")
 _INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
-pytestmark = pytest.mark.skipif(
+runs_kernels = pytest.mark.skipif(
     DEVICE == "cpu" and not _INTERPRET, reason="needs CUDA or TRITON_INTERPRET=1"
 )
 
@@ -22,6 +22,7 @@ def _randn(*shape):
     return torch.randn(*shape, device=DEVICE)
 
 
+@runs_kernels
 @pytest.mark.parametrize("bias", [False, True])
 def test_norm_folded_into_the_gemm_equals_rms_norm_then_linear(bias):
     pytest.importorskip("triton")
@@ -35,6 +36,7 @@ def test_norm_folded_into_the_gemm_equals_rms_norm_then_linear(bias):
     torch.testing.assert_close(out, ref, atol=1e-4, rtol=1e-4)
 
 
+@runs_kernels
 def test_gate_up_with_silu_and_the_residual_epilogue_equal_the_mlp():
     pytest.importorskip("triton")
     from bench.fused_decode import fused_linear
@@ -50,7 +52,24 @@ def test_gate_up_with_silu_and_the_residual_epilogue_equal_the_mlp():
     torch.testing.assert_close(out, ref, atol=1e-4, rtol=1e-4)
 
 
-def test_fused_decoder_picks_the_same_greedy_tokens_as_the_plain_decoder(random_model):
+def _hopper() -> bool:
+    return DEVICE == "cuda" and torch.cuda.get_device_capability()[0] >= 9
+
+
+@runs_kernels
+@pytest.mark.parametrize(
+    "pdl",
+    [
+        False,
+        pytest.param(
+            True,
+            marks=pytest.mark.skipif(
+                not _hopper(), reason="programmatic dependent launch needs a Hopper-class GPU"
+            ),
+        ),
+    ],
+)
+def test_fused_decoder_picks_the_same_greedy_tokens_as_the_plain_decoder(random_model, pdl):
     pytest.importorskip("triton")
     import copy
 
@@ -70,15 +89,53 @@ def test_fused_decoder_picks_the_same_greedy_tokens_as_the_plain_decoder(random_
     with torch.no_grad():
         plain = GraphDecoder(model, 4, 32, attention="torch", graphs=False)
         ref, ref_lp = plain.generate(ids, mask, max_new_tokens=10, pick=greedy)
-        fused = FusedGraphDecoder(model, 4, 32, graphs=DEVICE == "cuda")
+        fused = FusedGraphDecoder(model, 4, 32, graphs=DEVICE == "cuda", pdl=pdl)
         out, lp = fused.generate(ids, mask, max_new_tokens=10, pick=greedy)
     assert torch.equal(out, ref)
     torch.testing.assert_close(lp, ref_lp, atol=1e-4, rtol=1e-4)
     assert len(set(ref.flatten().tolist())) > 3  # not a degenerate repeat of one token
 
 
+@runs_kernels
 def test_fused_decoder_refuses_what_it_does_not_fuse(random_model):
     from bench.fused_decode import FusedGraphDecoder
 
     with pytest.raises(ValueError, match="no torch"):
         FusedGraphDecoder(random_model, 2, 16, compile=True)
+
+
+@pytest.mark.parametrize("pdl", [False, True])
+def test_every_gemm_variant_compiles_for_hopper_without_a_gpu(pdl):
+    """ptxas (shipped with triton) builds each variant for sm_90: no GPU time wasted on it."""
+    triton = pytest.importorskip("triton")
+    if _INTERPRET:
+        pytest.skip("the interpreter does not compile")
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    from bench.fused_decode import _kernel
+
+    pointers = {p: "*bf16" for p in ("a_ptr", "w_ptr", "bias_ptr", "res_ptr", "out_ptr")}
+    ints = ("M", "N", "K", "stride_am", "stride_wn", "stride_rm", "stride_om")
+    signature = {**pointers, **dict.fromkeys(ints, "i32"), "eps": "fp32"}
+    for glu, norm, residual in ((False, True, False), (True, True, False), (False, False, True)):
+        constants = {
+            "NORM": norm,
+            "GLU": glu,
+            "HAS_BIAS": not glu,
+            "RESIDUAL": residual,
+            "PDL": pdl,
+            "PRECISION": "tf32",
+            "BLOCK_M": 32,
+            "BLOCK_N": 64,
+            "BLOCK_K": 64,
+        }
+        source = ASTSource(
+            fn=_kernel().fn,
+            signature={**signature, **dict.fromkeys(constants, "constexpr")},
+            constexprs=constants,
+        )
+        options = {"num_warps": 4, "num_stages": 3, "launch_pdl": pdl}
+        compiled = triton.compile(source, target=GPUTarget("cuda", 90, 32), options=options)
+        assert compiled.asm["cubin"]
+        assert ("griddepcontrol" in compiled.asm["ptx"]) == pdl
