@@ -19,6 +19,9 @@ layers x ~8 kernels, most of them small GEMMs whose 128-wide tiles leave most SM
    gate tile and the matching up tile, so the SiLU product is its epilogue;
 5. ``x = x + h @ Wdown^T``.
 
+A step also gathers its rows' rotary terms from a table made once (one kernel, where the
+model's rotary module takes about ten).
+
 The GEMM tiles (16-64 rows, 32-128 columns) are autotuned per shape, so the small
 projections spread over the SMs. Rounding differs from the eager path (the normalised
 hidden state is never rounded to the model dtype; the gain is rounded into the weight);
@@ -194,8 +197,15 @@ class FusedGraphDecoder(GraphDecoder):
     ) -> None:
         if kwargs.get("compile") or kwargs.pop("attention", "triton") != "triton":
             raise ValueError("FusedGraphDecoder: Triton attention, no torch.compile")
+        import torch
+
         super().__init__(model, batch_size, capacity, attention="triton", **kwargs)
         self.pdl = pdl  # the GEMMs as programmatic dependent launches
+        # rotary cos / sign-folded sin of every position, (capacity, 2, head_dim): a step
+        # gathers its rows' in one kernel instead of recomputing them (~10 small kernels)
+        probe = torch.zeros((1, 1, model.config.hidden_size), dtype=self.dtype, device=self.device)
+        cos, sin = self.inner.rotary_emb(probe, self.columns[None])
+        self.rotary = torch.stack([cos[0], sin[0] * self.rotate_sign], dim=1).contiguous()
 
     def refresh_weights(self) -> None:
         """The fused buffers, with each RMSNorm's gain folded into the next GEMM's columns."""
@@ -206,6 +216,24 @@ class FusedGraphDecoder(GraphDecoder):
             for w in self.layers:
                 w.qkv.mul_(w.ln1)
                 w.gate_up.mul_(w.ln2)
+
+    def _forward(self, rows: slice, length: int, out: Any) -> Any:
+        """The base step with the rotary terms gathered from the table."""
+        import torch
+        import torch.nn.functional as F
+
+        x = self.inner.embed_tokens(self.tok[rows])
+        rotary = self.rotary.index_select(0, self.pos[rows])
+        cos, sin = rotary[:, 0], rotary[:, 1]  # same row stride, as the kernel expects
+        mask = self.valid_u8[rows]
+        for i, w in enumerate(self.layers):
+            weights = (w.qkv, w.qkv_bias, w.o, w.gate_up, w.down, w.ln1, w.ln2)
+            k, v = self.k_cache[i, rows], self.v_cache[i, rows]
+            x = self._layer(x, weights, k, v, self.col, cos, sin, mask)
+        x = F.rms_norm(x, (x.shape[-1],), self.inner.norm.weight, self.eps)
+        if out is None:
+            return F.linear(x, self.lm_head)
+        return torch.matmul(x, self.lm_head.t(), out=out)
 
     def _layer(
         self,

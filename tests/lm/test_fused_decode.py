@@ -58,25 +58,28 @@ def _hopper() -> bool:
 
 @runs_kernels
 @pytest.mark.parametrize(
-    "pdl",
+    ("pdl", "dtype"),
     [
-        False,
+        (False, torch.float32),
+        # not bfloat16: Triton's CPU interpreter computes it wrongly (its own kernels too)
+        (False, torch.float16),
         pytest.param(
             True,
+            torch.float32,
             marks=pytest.mark.skipif(
                 not _hopper(), reason="programmatic dependent launch needs a Hopper-class GPU"
             ),
         ),
     ],
 )
-def test_fused_decoder_picks_the_same_greedy_tokens_as_the_plain_decoder(random_model, pdl):
+def test_fused_decoder_picks_the_same_greedy_tokens_as_the_plain_decoder(random_model, pdl, dtype):
     pytest.importorskip("triton")
     import copy
 
     from bench.fused_decode import FusedGraphDecoder
     from components.lm.graph_decode import GraphDecoder
 
-    model = copy.deepcopy(random_model).to(DEVICE)
+    model = copy.deepcopy(random_model).to(DEVICE, dtype)
     torch.manual_seed(2)
     ids = torch.randint(3, model.config.vocab_size, (4, 12), device=DEVICE)
     mask = torch.ones_like(ids)
@@ -92,7 +95,8 @@ def test_fused_decoder_picks_the_same_greedy_tokens_as_the_plain_decoder(random_
         fused = FusedGraphDecoder(model, 4, 32, graphs=DEVICE == "cuda", pdl=pdl)
         out, lp = fused.generate(ids, mask, max_new_tokens=10, pick=greedy)
     assert torch.equal(out, ref)
-    torch.testing.assert_close(lp, ref_lp, atol=1e-4, rtol=1e-4)
+    tol = 1e-4 if dtype == torch.float32 else 2e-2
+    torch.testing.assert_close(lp, ref_lp, atol=tol, rtol=tol)
     assert len(set(ref.flatten().tolist())) > 3  # not a degenerate repeat of one token
 
 
