@@ -16,6 +16,7 @@ BENCHMARKS = (
     "bench.policy_designs",
     "bench.generation",
     "bench.gpu_decode",  # CUDA only: elsewhere it leaves the committed GPU results alone
+    "bench.decode_profile",  # CUDA only, likewise
     "bench.stages",
 )
 
