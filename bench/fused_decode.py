@@ -19,6 +19,11 @@ layers x ~8 kernels, most of them small GEMMs whose 128-wide tiles leave most SM
    gate tile and the matching up tile, so the SiLU product is its epilogue;
 5. ``x = x + h @ Wdown^T``.
 
+``f32_residual=True`` keeps the residual stream ``x`` in float32 and replaces 3 and 5 by
+one kernel that adds ``a @ W^T`` into ``x`` in place, its K range split over up to 4
+programs (atomic adds) when the autotuner finds that faster: the 1,536-deep down
+projection has only ~72 output tiles at 256 rows.
+
 A step also gathers its rows' rotary terms from a table made once (one kernel, where the
 model's rotary module takes about ten).
 
@@ -37,6 +42,7 @@ from typing import Any
 from components.lm.graph_decode import GraphDecoder
 
 _KERNEL: Any = None
+_ADD_KERNEL: Any = None
 
 
 def _kernel() -> Any:
@@ -114,6 +120,7 @@ def _kernel() -> Any:
                 sum_sq += tl.sum(a32 * a32, axis=1)
             w_ok = k_ok[:, None] & n_ok[None, :]
             w = tl.load(w_ptr + offs_n[None, :] * stride_wn + ks[:, None], mask=w_ok, other=0.0)
+            a = a.to(w.dtype)  # a float32 residual stream meets model-dtype weights
             acc = tl.dot(a, w, acc, input_precision=PRECISION)
             if GLU:
                 up_rows = offs_n[None, :] + N
@@ -141,9 +148,8 @@ def _kernel() -> Any:
 
 def autotuned() -> dict[str, str]:
     """The tile chosen per autotune key so far (for the benchmark's record)."""
-    if _KERNEL is None:
-        return {}
-    return {str(key): str(config) for key, config in _KERNEL.cache.items()}
+    kernels = (k for k in (_KERNEL, _ADD_KERNEL) if k is not None)
+    return {str(key): str(config) for k in kernels for key, config in k.cache.items()}
 
 
 def fused_linear(
@@ -170,7 +176,7 @@ def fused_linear(
         raise ValueError("fused_linear: the last dimension must be contiguous")
     m, k = a.shape
     n = weight.shape[0] // 2 if glu else weight.shape[0]
-    out = torch.empty((m, n), dtype=a.dtype, device=a.device)
+    out = torch.empty((m, n), dtype=weight.dtype, device=a.device)
     dummy = out
     _kernel()[lambda meta: (triton.cdiv(m, meta["BLOCK_M"]), triton.cdiv(n, meta["BLOCK_N"]))](
         a,
@@ -191,17 +197,133 @@ def fused_linear(
         HAS_BIAS=bias is not None,
         RESIDUAL=residual is not None,
         PDL=pdl,
-        PRECISION="ieee" if a.dtype == torch.float32 else "tf32",
+        PRECISION="ieee" if weight.dtype == torch.float32 else "tf32",
         **({"launch_pdl": True} if pdl else {}),
     )
     return out
+
+
+def _add_kernel() -> Any:
+    """The in-place ``x += a @ w^T`` kernel (split-K by atomic adds), defined on first use."""
+    global _ADD_KERNEL
+    if _ADD_KERNEL is not None:
+        return _ADD_KERNEL
+    import triton
+    import triton.language as tl
+
+    configs = [
+        triton.Config(
+            {"BLOCK_M": m, "BLOCK_N": n, "BLOCK_K": 64, "SPLIT_K": split},
+            num_warps=2 if m * n <= 1024 else 4,
+            num_stages=3,
+        )
+        for m in (16, 32, 64)
+        for n in (32, 64)
+        for split in (1, 2, 4)
+    ]
+    if os.environ.get("TRITON_INTERPRET") == "1":  # one config, the atomic (split) path
+        configs = [triton.Config({"BLOCK_M": 16, "BLOCK_N": 32, "BLOCK_K": 32, "SPLIT_K": 2})]
+
+    # autotuning runs the kernel many times: x is restored after each config's timing
+    keys = ["M", "N", "K", "PDL", "PRECISION"]
+
+    @triton.autotune(configs=configs, key=keys, restore_value=["x_ptr"])
+    @triton.jit
+    def add_linear_kernel(
+        a_ptr,  # (M, K) model dtype
+        w_ptr,  # (N, K) model dtype
+        x_ptr,  # (M, N) float32, updated in place
+        M,
+        N,
+        K,
+        stride_am,
+        stride_wn,
+        stride_xm,
+        PDL: tl.constexpr,
+        PRECISION: tl.constexpr,
+        BLOCK_M: tl.constexpr,
+        BLOCK_N: tl.constexpr,
+        BLOCK_K: tl.constexpr,
+        SPLIT_K: tl.constexpr,  # programs along K, each adding its partial product
+    ):
+        offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+        offs_n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+        offs_k = tl.arange(0, BLOCK_K)
+        if PDL:
+            tl.extra.cuda.gdc_launch_dependents()
+            tl.extra.cuda.gdc_wait()
+        m_ok = offs_m < M
+        n_ok = offs_n < N
+        span = tl.cdiv(K, SPLIT_K * BLOCK_K) * BLOCK_K  # each split's K range
+        k_lo = tl.program_id(2) * span
+        k_hi = tl.minimum(k_lo + span, K)
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        for k0 in range(k_lo, k_hi, BLOCK_K):
+            ks = k0 + offs_k
+            k_ok = ks < k_hi
+            a = tl.load(
+                a_ptr + offs_m[:, None] * stride_am + ks[None, :],
+                mask=m_ok[:, None] & k_ok[None, :],
+                other=0.0,
+            )
+            w_ok = k_ok[:, None] & n_ok[None, :]
+            w = tl.load(w_ptr + offs_n[None, :] * stride_wn + ks[:, None], mask=w_ok, other=0.0)
+            acc = tl.dot(a, w, acc, input_precision=PRECISION)
+        dst = x_ptr + offs_m[:, None] * stride_xm + offs_n[None, :]
+        ok = m_ok[:, None] & n_ok[None, :]
+        if SPLIT_K == 1:  # one writer per element: a plain (deterministic) add
+            tl.store(dst, tl.load(dst, mask=ok) + acc, mask=ok)
+        else:
+            tl.atomic_add(dst, acc, mask=ok)
+
+    _ADD_KERNEL = add_linear_kernel
+    return _ADD_KERNEL
+
+
+def add_linear_(x: Any, a: Any, weight: Any, *, pdl: bool = False) -> Any:
+    """``x += a @ weight^T`` in place on a float32 ``x``; K may be split over programs."""
+    import torch
+    import triton
+
+    if x.dtype != torch.float32 or a.stride(-1) != 1 or weight.stride(-1) != 1:
+        raise ValueError("add_linear_: float32 x; a and weight contiguous in the last dim")
+    m, k = a.shape
+    n = weight.shape[0]
+    _add_kernel()[
+        lambda meta: (
+            triton.cdiv(m, meta["BLOCK_M"]),
+            triton.cdiv(n, meta["BLOCK_N"]),
+            meta["SPLIT_K"],
+        )
+    ](
+        a,
+        weight,
+        x,
+        m,
+        n,
+        k,
+        a.stride(0),
+        weight.stride(0),
+        x.stride(0),
+        PDL=pdl,
+        PRECISION="ieee" if weight.dtype == torch.float32 else "tf32",
+        **({"launch_pdl": True} if pdl else {}),
+    )
+    return x
 
 
 class FusedGraphDecoder(GraphDecoder):
     """``GraphDecoder`` whose layer is five Triton kernels (see the module docstring)."""
 
     def __init__(
-        self, model: Any, batch_size: int, capacity: int, *, pdl: bool = False, **kwargs: Any
+        self,
+        model: Any,
+        batch_size: int,
+        capacity: int,
+        *,
+        pdl: bool = False,
+        f32_residual: bool = False,
+        **kwargs: Any,
     ) -> None:
         if kwargs.get("compile") or kwargs.pop("attention", "triton") != "triton":
             raise ValueError("FusedGraphDecoder: Triton attention, no torch.compile")
@@ -209,6 +331,9 @@ class FusedGraphDecoder(GraphDecoder):
 
         super().__init__(model, batch_size, capacity, attention="triton", **kwargs)
         self.pdl = pdl  # the GEMMs as programmatic dependent launches
+        # the residual stream in float32, the o / down GEMMs adding into it in place
+        # (split-K by atomic adds: the sum's order, and so its last bits, may vary by run)
+        self.f32_residual = f32_residual
         # rotary cos / sign-folded sin of every position, (capacity, 2, head_dim): a step
         # gathers its rows' in one kernel instead of recomputing them (~10 small kernels)
         probe = torch.zeros((1, 1, model.config.hidden_size), dtype=self.dtype, device=self.device)
@@ -231,6 +356,8 @@ class FusedGraphDecoder(GraphDecoder):
         import torch.nn.functional as F
 
         x = self.inner.embed_tokens(self.tok[rows])
+        if self.f32_residual:
+            x = x.float()
         rotary = self.rotary.index_select(0, self.pos[rows])
         cos, sin = rotary[:, 0], rotary[:, 1]  # same row stride, as the kernel expects
         mask = self.valid_u8[rows]
@@ -238,7 +365,7 @@ class FusedGraphDecoder(GraphDecoder):
             weights = (w.qkv, w.qkv_bias, w.o, w.gate_up, w.down, w.ln1, w.ln2)
             k, v = self.k_cache[i, rows], self.v_cache[i, rows]
             x = self._layer(x, weights, k, v, self.col, cos, sin, mask)
-        x = F.rms_norm(x, (x.shape[-1],), self.inner.norm.weight, self.eps)
+        x = F.rms_norm(x.to(self.dtype), (x.shape[-1],), self.inner.norm.weight, self.eps)
         if out is None:
             return F.linear(x, self.lm_head)
         return torch.matmul(x, self.lm_head.t(), out=out)
@@ -259,6 +386,11 @@ class FusedGraphDecoder(GraphDecoder):
         pdl = self.pdl
         qkv = fused_linear(x, qkv_w, bias=qkv_b, norm_eps=self.eps, pdl=pdl)
         out = self._triton_attention(qkv, cos, sin, k_cache, v_cache, mask)
-        x = fused_linear(out, o_w, residual=x, pdl=pdl)
+        if self.f32_residual:
+            add_linear_(x, out, o_w, pdl=pdl)
+        else:
+            x = fused_linear(out, o_w, residual=x, pdl=pdl)
         h = fused_linear(x, gate_up_w, norm_eps=self.eps, glu=True, pdl=pdl)
+        if self.f32_residual:
+            return add_linear_(x, h, down_w, pdl=pdl)
         return fused_linear(h, down_w, residual=x, pdl=pdl)

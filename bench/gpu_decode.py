@@ -29,7 +29,9 @@ the other in one process on the same prompts:
 - ``graph_fused``: the experimental ``bench.fused_decode.FusedGraphDecoder``: five Triton
   kernels a layer (RMSNorm folded into the q/k/v and gate/up GEMMs, SiLU and residual adds
   in GEMM epilogues), no torch.compile. ``graph_fused_pdl``: its GEMMs launched as
-  programmatic dependent launches (resident before the previous kernel ends).
+  programmatic dependent launches (resident before the previous kernel ends);
+  ``graph_fused_f32``: that, with a float32 residual stream that the o / down GEMMs add
+  into in place (split-K).
 
 ``BENCH_GPU_BACKENDS`` (comma-separated labels) measures a subset, e.g. a candidate beside
 the default; ``hf_generate`` stays the baseline whenever it is listed.
@@ -66,6 +68,7 @@ GRAPH_BACKENDS: dict[str, dict[str, Any]] = {
     "graph_triton": {"attention": "triton"},
     "graph_fused": {"decoder": "fused"},
     "graph_fused_pdl": {"decoder": "fused", "pdl": True},
+    "graph_fused_f32": {"decoder": "fused", "pdl": True, "f32_residual": True},
     "graph_triton_compiled": {"attention": "triton", "compile": True},
     "graph_triton_compiled_2mb": {"attention": "triton", "compile": True, "micro_batches": 2},
     "graph_torch_compiled": {"attention": "torch", "compile": True},
@@ -192,6 +195,7 @@ def agreement(model: Any, n_rows: int = 8, width: int = 256, new: int = 32) -> d
         "triton": {"attention": "triton"},
         "triton_2mb": {"attention": "triton", "micro_batches": 2},
         "fused": {"decoder": "fused"},
+        "fused_f32": {"decoder": "fused", "pdl": True, "f32_residual": True},
     }
     if BACKENDS:  # a subset run checks the variants it measures
         measured = [GRAPH_BACKENDS[x] for x in BACKENDS if x in GRAPH_BACKENDS]

@@ -7,6 +7,7 @@ installed); the sm_90 compile check needs triton only. CI has no triton: it skip
 from __future__ import annotations
 
 import os
+import re
 
 import pytest
 
@@ -71,27 +72,46 @@ def test_gate_up_with_silu_and_the_residual_epilogue_equal_the_mlp():
     torch.testing.assert_close(out, ref, atol=1e-4, rtol=1e-4)
 
 
+@runs_kernels
+def test_in_place_split_k_add_equals_the_residual_linear():
+    pytest.importorskip("triton")
+    from bench.fused_decode import add_linear_
+
+    torch.manual_seed(3)
+    x, a, w = _randn(6, 40), _randn(6, 96), _randn(40, 96)
+    ref = x + a @ w.t()
+    same = add_linear_(x, a, w)
+    assert same is x  # in place
+    torch.testing.assert_close(x, ref, atol=1e-4, rtol=1e-4)
+    with pytest.raises(ValueError, match="float32 x"):
+        add_linear_(x.half(), a.half(), w.half())
+
+
 def _hopper() -> bool:
     return DEVICE == "cuda" and torch.cuda.get_device_capability()[0] >= 9
 
 
 @runs_kernels
 @pytest.mark.parametrize(
-    ("pdl", "dtype"),
+    ("pdl", "dtype", "f32_residual"),
     [
-        (False, torch.float32),
+        (False, torch.float32, False),
         # not bfloat16: Triton's CPU interpreter computes it wrongly (its own kernels too)
-        (False, torch.float16),
+        (False, torch.float16, False),
+        (False, torch.float32, True),  # a float16 model would round its residual otherwise
         pytest.param(
             True,
             torch.float32,
+            True,
             marks=pytest.mark.skipif(
                 not _hopper(), reason="programmatic dependent launch needs a Hopper-class GPU"
             ),
         ),
     ],
 )
-def test_fused_decoder_picks_the_same_greedy_tokens_as_the_plain_decoder(tiny_llama, pdl, dtype):
+def test_fused_decoder_picks_the_same_greedy_tokens_as_the_plain_decoder(
+    tiny_llama, pdl, dtype, f32_residual
+):
     pytest.importorskip("triton")
     import copy
 
@@ -111,7 +131,9 @@ def test_fused_decoder_picks_the_same_greedy_tokens_as_the_plain_decoder(tiny_ll
     with torch.no_grad():
         plain = GraphDecoder(model, 4, 32, attention="torch", graphs=False)
         ref, ref_lp = plain.generate(ids, mask, max_new_tokens=10, pick=greedy)
-        fused = FusedGraphDecoder(model, 4, 32, graphs=DEVICE == "cuda", pdl=pdl)
+        fused = FusedGraphDecoder(
+            model, 4, 32, graphs=DEVICE == "cuda", pdl=pdl, f32_residual=f32_residual
+        )
         out, lp = fused.generate(ids, mask, max_new_tokens=10, pick=greedy)
     assert torch.equal(out, ref)
     tol = 1e-4 if dtype == torch.float32 else 2e-2
@@ -136,7 +158,7 @@ def test_every_gemm_variant_compiles_for_hopper_without_a_gpu(pdl):
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
-    from bench.fused_decode import _kernel
+    from bench.fused_decode import _add_kernel, _kernel
 
     pointers = {p: "*bf16" for p in ("a_ptr", "w_ptr", "bias_ptr", "res_ptr", "out_ptr")}
     ints = ("M", "N", "K", "stride_am", "stride_wn", "stride_rm", "stride_om")
@@ -167,3 +189,27 @@ def test_every_gemm_variant_compiles_for_hopper_without_a_gpu(pdl):
         ptx = compiled.asm["ptx"]
         assert compiled.asm["cubin"] and "cp.async" in ptx
         assert ("griddepcontrol" in ptx) == pdl
+    # the in-place residual GEMM: one writer, and split-K by float32 atomic adds
+    add_signature = {"a_ptr": "*bf16", "w_ptr": "*bf16", "x_ptr": "*fp32"}
+    add_signature |= dict.fromkeys(("M", "N", "K", "stride_am", "stride_wn", "stride_xm"), "i32")
+    for split in (1, 4):
+        constants = {
+            "PDL": pdl,
+            "PRECISION": "tf32",
+            "BLOCK_M": 32,
+            "BLOCK_N": 64,
+            "BLOCK_K": 64,
+            "SPLIT_K": split,
+        }
+        source = ASTSource(
+            fn=_add_kernel().fn,
+            signature={**add_signature, **dict.fromkeys(constants, "constexpr")},
+            constexprs=constants,
+            attrs={(i,): [["tt.divisibility", 16]] for i in range(len(add_signature))},
+        )
+        options = {"num_warps": 4, "num_stages": 3, "launch_pdl": pdl}
+        ptx = triton.compile(source, target=GPUTarget("cuda", 90, 32), options=options).asm["ptx"]
+        assert "cp.async" in ptx
+        # a word boundary: cp.async's "shared.global" contains "red.global"
+        atomics = re.search(r"\b(atom|red)\.global", ptx) is not None
+        assert atomics == (split > 1)

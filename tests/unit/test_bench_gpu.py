@@ -34,7 +34,8 @@ def test_every_graph_backend_builds_its_decoder(tiny_llama):
         dec = make_decoder(tiny_llama, 2, 16, graphs=False, **options)
         assert isinstance(dec, FusedGraphDecoder) == label.startswith("graph_fused"), label
         assert isinstance(dec, GraphDecoder)
-        assert getattr(dec, "pdl", False) == label.endswith("_pdl")
+        assert getattr(dec, "pdl", False) == options.get("pdl", False)
+        assert getattr(dec, "f32_residual", False) == options.get("f32_residual", False)
     assert GRAPH_BACKENDS["graph_fused"] == {"decoder": "fused"}  # the option was not consumed
 
 
