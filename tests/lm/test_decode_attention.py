@@ -69,21 +69,10 @@ def test_kernel_matches_plain_torch_and_writes_the_new_key_and_value(dtype, tol,
 
 
 def test_graph_decoder_with_the_kernel_equals_the_torch_attention():
-    from transformers import LlamaConfig, LlamaForCausalLM
-
     from components.lm.graph_decode import GraphDecoder
+    from tests.lm.tiny import tiny_llama
 
-    torch.manual_seed(0)
-    cfg = LlamaConfig(
-        vocab_size=300,
-        hidden_size=96,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=6,
-        num_key_value_heads=2,
-        initializer_range=0.2,
-    )
-    model = LlamaForCausalLM(cfg).eval().cuda()
+    model = tiny_llama(hidden_size=96, num_attention_heads=6).cuda()
     ids = torch.randint(0, 300, (3, 20), device="cuda")
     mask = torch.ones_like(ids)
     mask[1, :7] = 0

@@ -21,21 +21,10 @@ runs_kernels = pytest.mark.skipif(
 
 @pytest.fixture(scope="module")
 def tiny_llama():
-    """A random 2-layer Llama with grouped-query attention (no repo fixtures: the GPU
-    machines lack the project's test dependencies, so this file runs with --noconftest)."""
-    from transformers import LlamaConfig, LlamaForCausalLM
+    """No repo fixtures here: on GPU machines this file runs with --noconftest."""
+    from tests.lm.tiny import tiny_llama
 
-    torch.manual_seed(0)
-    config = LlamaConfig(
-        vocab_size=300,
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        initializer_range=0.2,  # well-separated logits: greedy decoding has no near-ties
-    )
-    return LlamaForCausalLM(config).eval()
+    return tiny_llama()
 
 
 def _randn(*shape):

@@ -9,18 +9,9 @@ torch = pytest.importorskip("torch")
 
 @pytest.fixture(scope="module")
 def tiny_llama():
-    from transformers import LlamaConfig, LlamaForCausalLM
+    from tests.lm.tiny import tiny_llama
 
-    torch.manual_seed(0)
-    config = LlamaConfig(
-        vocab_size=64,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=1,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-    )
-    return LlamaForCausalLM(config).eval()
+    return tiny_llama(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=1)
 
 
 def test_every_graph_backend_builds_its_decoder(tiny_llama):
