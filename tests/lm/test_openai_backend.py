@@ -91,8 +91,8 @@ def test_transient_failures_are_retried(monkeypatch):
 
 
 def test_timeouts_are_retried(monkeypatch):
-    with fk.FakeOpenAIServer(faults=[fk.DELAY], delay_s=2.0, answer_fn=echo) as srv:
-        be = backend(srv, monkeypatch, timeout_s=0.3, max_retries=2)
+    with fk.FakeOpenAIServer(faults=[fk.DELAY], delay_s=3.0, answer_fn=echo) as srv:
+        be = backend(srv, monkeypatch, timeout_s=1.0, max_retries=2)  # 0.3 s flaked under load
         assert be.generate([chat("a")], stop=("</reward>",)) == ["<reward>a</reward>"]
         assert len(srv.completion_requests) == 2
 

@@ -91,8 +91,9 @@ def test_success_path_with_token_and_cost_accounting(api_key, fake_openai, tmp_p
 
 @pytest.mark.parametrize("fault", fk.TRANSIENT)
 def test_each_fault_is_retried_then_succeeds(api_key, fake_openai, fault) -> None:
-    srv = fake_openai(faults=[fault, fault], api_key=api_key, delay_s=1.5, retry_after_s=0.2)
-    cfg = openai_teacher_config(srv.base_url, timeout_s=0.3, max_retries=2, concurrency=1)
+    # a 1 s timeout: a loaded 2-core CI machine can take 0.3 s to answer a healthy request
+    srv = fake_openai(faults=[fault, fault], api_key=api_key, delay_s=3.0, retry_after_s=0.2)
+    cfg = openai_teacher_config(srv.base_url, timeout_s=1.0, max_retries=2, concurrency=1)
     teacher = OpenAITeacher(cfg)
     [ann] = teacher.annotate(requests())
     teacher.close()
@@ -195,9 +196,9 @@ def test_key_never_leaks(api_key, fake_openai, tmp_path, caplog, capsys) -> None
     caplog.set_level(logging.DEBUG)  # also the openai/httpx debug logs
     faults = [fk.RATE_LIMIT, fk.SERVER_ERROR, fk.TRUNCATED, fk.NON_JSON]
     faults += [fk.MALFORMED] * 3 + [fk.DELAY]
-    srv = fake_openai(faults=faults, api_key=api_key, delay_s=1.0, retry_after_s=0.05)
+    srv = fake_openai(faults=faults, api_key=api_key, delay_s=3.0, retry_after_s=0.05)
     cfg = make_config(
-        **openai_teacher_config(srv.base_url, timeout_s=0.3, max_retries=2).model_dump()
+        **openai_teacher_config(srv.base_url, timeout_s=1.0, max_retries=2).model_dump()
     )
     out = tmp_path / "a.jsonl"
     teacher = OpenAITeacher(cfg.teacher)
