@@ -45,6 +45,12 @@ _KERNEL: Any = None
 _ADD_KERNEL: Any = None
 
 
+def _fit_rows(configs: list[Any], named_args: dict[str, Any], **_: Any) -> list[Any]:
+    """Tiles no taller than the rows (rounded up to 16): a few-row call times fewer tiles."""
+    cap = max(16, 1 << (int(named_args["M"]) - 1).bit_length())
+    return [c for c in configs if c.kwargs["BLOCK_M"] <= cap] or configs[:1]
+
+
 def _kernel() -> Any:
     """The fused linear kernel, defined on first use (Triton imported only here)."""
     global _KERNEL
@@ -68,7 +74,11 @@ def _kernel() -> Any:
     if os.environ.get("TRITON_INTERPRET") == "1":  # the CPU interpreter cannot time configs
         configs = [triton.Config({"BLOCK_M": 16, "BLOCK_N": 32, "BLOCK_K": 64}, num_warps=4)]
 
-    @triton.autotune(configs=configs, key=["M", "N", "K", "NORM", "GLU", "RESIDUAL", "PRECISION"])
+    @triton.autotune(
+        configs=configs,
+        key=["M", "N", "K", "NORM", "GLU", "RESIDUAL", "PRECISION"],
+        prune_configs_by={"early_config_prune": _fit_rows},
+    )
     @triton.jit
     def fused_linear_kernel(
         a_ptr,  # (M, K) input rows
@@ -227,7 +237,12 @@ def _add_kernel() -> Any:
     # autotuning runs the kernel many times: x is restored after each config's timing
     keys = ["M", "N", "K", "PDL", "PRECISION"]
 
-    @triton.autotune(configs=configs, key=keys, restore_value=["x_ptr"])
+    @triton.autotune(
+        configs=configs,
+        key=keys,
+        restore_value=["x_ptr"],
+        prune_configs_by={"early_config_prune": _fit_rows},
+    )
     @triton.jit
     def add_linear_kernel(
         a_ptr,  # (M, K) model dtype

@@ -62,3 +62,15 @@ def test_without_cuda_the_gpu_benchmarks_leave_their_results_alone(module, tmp_p
     monkeypatch.setattr(bench, "RESULTS", target)
     assert bench.main() is None
     assert not target.exists()
+
+
+def test_few_row_calls_time_only_tiles_that_fit_their_rows():
+    from types import SimpleNamespace
+
+    from bench.fused_decode import _fit_rows
+
+    tiles = [SimpleNamespace(kwargs={"BLOCK_M": m}) for m in (16, 32, 64)]
+    assert [t.kwargs["BLOCK_M"] for t in _fit_rows(tiles, {"M": 8})] == [16]
+    assert [t.kwargs["BLOCK_M"] for t in _fit_rows(tiles, {"M": 17})] == [16, 32]
+    assert len(_fit_rows(tiles, {"M": 256})) == 3
+    assert _fit_rows(tiles[2:], {"M": 4}) == tiles[2:]  # never none
