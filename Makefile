@@ -100,11 +100,12 @@ format: setup  ## apply ruff fixes and formatting
 	$(BIN)/ruff format .
 
 # pytest exits 5 when it collected nothing: treat that as a failure, a green run must test.
-# Two pytest-xdist workers, one test file each at a time (module fixtures stay shared): the
-# e2e pipeline runs beside the rest. PYTEST_WORKERS=0 runs in one process.
+# Two pytest-xdist workers, one test file each at a time (module fixtures stay shared), in
+# tests/conftest.py's order: the e2e pipeline starts first on one worker, files with slow
+# tests on the other, short files fill in last. PYTEST_WORKERS=0 runs in one process.
 PYTEST_WORKERS ?= 2
 test: lint  ## lint, then the whole test suite (unit, integration, e2e) on 2 workers
-	@set +e; $(BIN)/pytest -n $(PYTEST_WORKERS) --dist loadfile --durations=15 $(PYTEST_ARGS); rc=$$?; \
+	@set +e; $(BIN)/pytest -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=15 $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "error: pytest collected no tests" >&2; exit 1; fi; exit $$rc
 
 bench: setup  ## run the benchmarks; JSON results under bench/results/

@@ -190,6 +190,7 @@ def test_merge_table1_copies_the_envs_rows_into_the_project(tmp_path: Path):
 
 
 @pytest.mark.integration
+@pytest.mark.slow
 @pytest.mark.timeout(240)
 def test_env_pipelines_run_in_parallel_on_dask_in_their_own_workspaces(
     toy_project: Path, prefect_harness

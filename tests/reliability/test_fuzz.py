@@ -160,6 +160,7 @@ def batches(draw) -> list[tuple[str, bytes]]:
     return out
 
 
+@pytest.mark.slow
 def test_fuzz_ingest_batches_lose_nothing(tmp_path_factory: pytest.TempPathFactory) -> None:
     """Whole ingestions: no exception, every line in one place, every valid line ingested."""
     counts = {"batches": 0, "lines": 0, "ingested": 0, "quarantined": 0}
