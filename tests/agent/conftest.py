@@ -149,10 +149,9 @@ def box_trajectories():
 @pytest.fixture(scope="session")
 def agent_tw_suite(tmp_path_factory):
     """A generated tiny TextWorld suite (3 quests, 1 cooking, 1 treasure; ~10 s)."""
-    from components.envs.textworld_tasks import generate_task_suite
-    from tests.integration.textworld_suite import Suite, suite_config
+    from tests.integration.textworld_suite import Suite, games_pool, generate_shared, suite_config
 
     root = tmp_path_factory.mktemp("agent_tw")
     cfg = suite_config()
-    tasks = generate_task_suite(cfg, root / "data" / "tasks", progress=False, root=root)
+    tasks = generate_shared(cfg, root, games_pool(tmp_path_factory))
     return Suite(cfg=cfg, root=root, tasks=tasks)

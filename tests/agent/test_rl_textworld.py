@@ -13,7 +13,7 @@ from components.agent.train import train_rl
 from components.envs.textworld_env import TextWorldEnv
 from components.envs.vector import EnvList
 from tests.factories import each_rl_algo
-from tests.integration.textworld_suite import Suite, suite_config
+from tests.integration.textworld_suite import Suite, games_pool, generate_shared, suite_config
 
 pytestmark = pytest.mark.integration
 MAX_STEPS = 3
@@ -23,13 +23,12 @@ MAX_STEPS = 3
 def quest_suite(tmp_path_factory: pytest.TempPathFactory) -> Suite:
     """Two small real quest games under a temporary project root."""
     from components.config import TaskFamilyConfig
-    from components.envs.textworld_tasks import generate_task_suite
 
     base = suite_config()
     families = (TaskFamilyConfig(name="quest", n_games=2, min_difficulty=1, max_difficulty=1),)
     cfg = base.model_copy(update={"tasks": base.tasks.model_copy(update={"families": families})})
     root = tmp_path_factory.mktemp("rl-tw")
-    tasks = generate_task_suite(cfg, root / "data" / "tasks", progress=False, root=root)
+    tasks = generate_shared(cfg, root, games_pool(tmp_path_factory))
     return Suite(cfg=cfg, root=root, tasks=tasks)
 
 

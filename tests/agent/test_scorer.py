@@ -145,14 +145,14 @@ def quest_games(tmp_path_factory):
     """12 short quests (difficulty 1-3): 8 train, 4 held out, with expert episodes."""
     from components.config.small import small_config
     from components.data.collect import collect
-    from components.envs.textworld_tasks import generate_task_suite
     from components.schema import Trajectory, read_jsonl
+    from tests.integration.textworld_suite import games_pool, generate_shared
 
     root = tmp_path_factory.mktemp("quests")
     cfg = small_config(
         [("quest", 12, 1, 3)], seed=3, max_steps=10, split=(0.67, 0.0), splits=("train",)
     )
-    tasks = generate_task_suite(cfg, root / "data" / "tasks", progress=False, root=root)
+    tasks = generate_shared(cfg, root, games_pool(tmp_path_factory))
     collect(cfg, tasks, root / "raw", root, progress=False)
     trajs = [t for f in sorted((root / "raw").glob("*.jsonl")) for t in read_jsonl(f, Trajectory)]
     return cfg, root, tasks, trajs

@@ -39,10 +39,10 @@ def suite_config() -> Config:
 @pytest.fixture(scope="session")
 def tw_games(tmp_path_factory: pytest.TempPathFactory) -> Games:
     """Two real TextWorld games generated once per session (~10 s)."""
-    from components.envs.textworld_tasks import generate_task_suite
+    from tests.integration.textworld_suite import games_pool, generate_shared
 
     root = tmp_path_factory.mktemp("judge_tw")
-    tasks = generate_task_suite(suite_config(), root / "data" / "tasks", progress=False, root=root)
+    tasks = generate_shared(suite_config(), root, games_pool(tmp_path_factory))
     return Games(root=root, tasks=tasks)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 from pathlib import Path
 
@@ -29,7 +30,7 @@ from components.envs.textworld_tasks import (
     spread_difficulties,
 )
 from components.schema import Task
-from tests.integration.textworld_suite import Suite, suite_config
+from tests.integration.textworld_suite import Suite, games_pool, generate_shared, suite_config
 
 pytestmark = pytest.mark.integration
 
@@ -50,6 +51,16 @@ def test_suite_is_planned_deterministically_and_split_by_game(tw_suite: Suite):
         assert any(t.split == "train" for t in tw_suite.tasks if t.family == family)
     assert {t.split for t in tw_suite.tasks} == {"train", "validation", "test"}
     assert sorted(t.difficulty for t in tw_suite.tasks if t.family == "quest") == [1, 2, 3]
+
+
+def test_fixtures_reuse_the_runs_pool_of_generated_games(
+    tw_suite: Suite, tmp_path: Path, tmp_path_factory: pytest.TempPathFactory, caplog
+):
+    with caplog.at_level(logging.INFO, logger="components.envs.textworld_tasks"):
+        tasks = generate_shared(tw_suite.cfg, tmp_path, games_pool(tmp_path_factory))
+    assert "5 reused, 0 to generate" in caplog.text
+    assert [t.model_dump() for t in tasks] == [t.model_dump() for t in tw_suite.tasks]
+    assert all((tmp_path / t.game_file).is_file() for t in tasks)
 
 
 def test_suite_tasks_are_portable_and_complete(tw_suite: Suite):

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import os
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
+
+import pytest
 
 from components.config import Config
 from components.config.small import small_config
@@ -41,3 +45,42 @@ class Suite:
         return next(
             t for t in self.tasks if t.family == family and (split is None or t.split == split)
         )
+
+
+def games_pool(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The run's shared folder of generated games (one for all xdist workers)."""
+    base = tmp_path_factory.getbasetemp()
+    # under xdist each worker's basetemp (popen-gwN) sits in the run's own folder
+    return (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "tw-games-pool"
+
+
+def generate_shared(cfg: Config, root: Path, pool: Path) -> list[Task]:
+    """``generate_task_suite`` under ``root``, reusing games another fixture already made.
+
+    A game depends only on its spec, and the generator reuses a game file only when its
+    meta matches the spec, so copying a planned game out of the pool is safe. The pool is
+    locked while a fixture generates: a game is made once per run, by whichever worker
+    plans it first (~2.5 s of CPU a game).
+    """
+    import fcntl
+
+    from components.envs.textworld_tasks import GAMES_DIR, generate_task_suite, plan_task_suite
+
+    out_dir = root / "data" / "tasks"
+    games = out_dir / GAMES_DIR
+    games.mkdir(parents=True, exist_ok=True)
+    pool.mkdir(parents=True, exist_ok=True)
+    planned = {s.task_id for s in plan_task_suite(cfg)}
+
+    def ours(path: Path) -> bool:
+        return path.is_file() and path.name.split(".", 1)[0] in planned
+
+    with open(pool / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        for src in filter(ours, pool.iterdir()):
+            shutil.copy2(src, games / src.name)
+        tasks = generate_task_suite(cfg, out_dir, progress=False, root=root)
+        for src in filter(ours, games.iterdir()):
+            if not (pool / src.name).exists():
+                shutil.copy2(src, pool / src.name)
+    return tasks

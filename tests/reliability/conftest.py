@@ -6,7 +6,7 @@ import pytest
 
 from components.buffer.embedders import Embedder
 from components.config import Config, load_config
-from tests.integration.textworld_suite import Suite, suite_config
+from tests.integration.textworld_suite import Suite, games_pool, generate_shared, suite_config
 from tests.reliability.project import ROOT
 
 
@@ -30,7 +30,6 @@ def wordllama() -> Embedder:
 def tw_suite(tmp_path_factory: pytest.TempPathFactory) -> Suite:
     """Three small real TextWorld games under a temporary project root (generated once)."""
     from components.config import TaskFamilyConfig
-    from components.envs.textworld_tasks import generate_task_suite
 
     base = suite_config()
     families = (TaskFamilyConfig(name="quest", n_games=3, min_difficulty=1, max_difficulty=2),)
@@ -46,5 +45,5 @@ def tw_suite(tmp_path_factory: pytest.TempPathFactory) -> Suite:
         }
     )
     root = tmp_path_factory.mktemp("twroot")
-    tasks = generate_task_suite(cfg, root / "data" / "tasks", progress=False, root=root)
+    tasks = generate_shared(cfg, root, games_pool(tmp_path_factory))
     return Suite(cfg=cfg, root=root, tasks=tasks)
