@@ -31,7 +31,7 @@ help:  ## list the targets
 # -Otarget keeps each one's output together.
 setup:  ## install the envs' Debian packages and create .venv (torch first, then the project)
 	@$(MAKE) --no-print-directory -j2 -Otarget system-deps $(STAMP)
-	@$(MAKE) --no-print-directory .dvc/config
+	@test -f .dvc/config || $(MAKE) --no-print-directory .dvc/config
 
 # Debian packages of the real envs: chromium + chromium-driver (MiniWoB++ in headless Chromium)
 # and a Java >= 17 runtime (ScienceWorld's engine). Installed only when missing, without
