@@ -259,6 +259,24 @@ class RLConfig(_Section):
         le=1,
         description="sim-to-real cap: this share of the real steps the real-env run used",
     )
+    s2r_mode: Literal["reground", "real_rl"] = Field(
+        "reground",
+        description="what sim-to-real spends its real steps on: reground (rollouts of the "
+        "DreamGym policy on real train games join the experience model's real data, then the "
+        "policy continues for s2r_dream_iterations rounds in the re-grounded dream) or "
+        "real_rl (the DreamGym policy continues with GRPO/PPO on real games)",
+    )
+    s2r_probe_passes: int | None = Field(
+        1,
+        ge=1,
+        description="reground: passes of one probe episode per train task, within the cap "
+        "(None: passes until the cap is spent)",
+    )
+    s2r_dream_iterations: int | None = Field(
+        None,
+        ge=1,
+        description="reground: rounds of RL in the re-grounded dream (None: DreamGym's own)",
+    )
     s2r_tasks_per_iteration: int | None = Field(
         8, ge=1, description="sim-to-real rounds' task batch (None: the algorithm's own)"
     )

@@ -55,6 +55,8 @@ class DreamGymRun:
         out_dir: Path,
         tasks_per_iteration: int,
         resumed_at: int,
+        exp_dir: Path | None = None,
+        real: Sequence[Trajectory] = (),
     ) -> None:
         from components.artifacts import experience_model_dir
         from components.curriculum import Curriculum
@@ -70,7 +72,8 @@ class DreamGymRun:
                 shutil.rmtree(stale, ignore_errors=True)
         self.rounds_dir.mkdir(parents=True, exist_ok=True)
         self.synth_dir.mkdir(parents=True, exist_ok=True)
-        exp_dir = experience_model_dir(paths, "full")
+        # sim-to-real's re-grounded model (components/stages/regrounding.py) or the pipeline's
+        exp_dir = exp_dir or experience_model_dir(paths, "full")
         if not exp_dir.exists():
             raise FileNotFoundError(f"{exp_dir} missing: run `dreamgym train-experience-model`")
         self.coevolve = coevolution_enabled(cfg.ablation)
@@ -79,6 +82,8 @@ class DreamGymRun:
             if not paths.buffer.exists():
                 raise FileNotFoundError(f"{paths.buffer} missing: run `dreamgym build-buffer`")
             self.buffer = fork_seed_buffer(paths.buffer, out_dir / WORK_BUFFER_DIR, cfg.buffer)
+            if real:  # new real experience the LLM model retrieves (merged on id: idempotent)
+                self.buffer.add([s for t in real for s in t.steps])
         namespace = f"{method}-seed{seed}"
         generate_fn = variant_fn = None
         if is_grounded_dir(exp_dir):

@@ -3,6 +3,7 @@
     train_rl_real   models/policy/sft             -> real train-split games      -> <algo>_real
     train_dreamgym  models/policy/sft             -> synthetic env only (0 real) -> dreamgym_<algo>
     train_s2r       models/policy/dreamgym_<algo> -> real games, capped          -> s2r_<algo>
+                    (reground: capped real probes refit the dream, then RL in it)
 
 Each stage trains every seed of ``rl.<algo>.seeds`` (default ``agent.seeds``; each from
 the same seed of its start policy) in a worker process (``rl_seed``). The worker runs
@@ -18,8 +19,11 @@ Real GRPO/PPO draw their task batches by reward variance (``rl.<algo>.task_sampl
 DreamGym uses the curriculum (components/stages/dreamgym.py). Sim-to-real caps its real
 steps EXACTLY at floor(rl.s2r_real_fraction x the real steps the same seed's
 <algo>_real used): ``CappedEnvList`` refuses the steps past the cap and the episodes it
-cuts are not trained on. A run that ends with no optimizer update fails instead of
-writing a model that is only its start. Held-out test tasks are never trained on.
+cuts are not trained on. ``rl.s2r_mode: reground`` spends them on probe rollouts that
+re-ground the experience model, then continues the policy in that dream
+(components/stages/regrounding.py); ``real_rl`` runs GRPO/PPO on the real games. A run
+that ends with no optimizer update fails instead of writing a model that is only its start.
+Held-out test tasks are never trained on.
 """
 
 from __future__ import annotations
@@ -63,6 +67,7 @@ log = logging.getLogger("dreamgym")
 
 TRAIN_SPLIT = "train"
 BUDGET_CUT = "real-step budget spent"  # ENV_ERROR of episodes cut by CappedEnvList
+REGROUND, REAL_RL = "reground", "real_rl"  # rl.s2r_mode: re-ground the dream | real GRPO/PPO
 _SECTIONS = ("agent", "rl", "env")
 __all__ = ["CappedEnvList", "train_dreamgym", "train_rl_real", "train_s2r"]
 
@@ -196,7 +201,8 @@ def rl_seed(
     source: Any = (
         VarianceTaskSampler(tasks, seed=seed) if algo_cfg.task_sampling == "variance" else tasks
     )
-    if kind == DREAMGYM:
+    dreams = kind == DREAMGYM or (kind == S2R and cfg.rl.s2r_mode == REGROUND)
+    if dreams:
         from components.stages.dreamgym import DreamGymRun
 
         fingerprint.update(
@@ -208,6 +214,36 @@ def rl_seed(
                 "ablation": cfg.ablation.model_dump(mode="json"),
             }
         )
+        probes: list[Trajectory] = []
+        exp_dir = None
+        if kind == S2R:  # re-grounding: the real budget buys the dream real experience
+            from components.stages.regrounding import probe_rollouts, regrounded_model
+
+            cap, reference = s2r_cap(cfg, paths, algo, seed)
+            fingerprint["real_step_cap"] = cap
+            probes, used = probe_rollouts(
+                policy,
+                env_factory(cfg.env, paths.root),
+                tasks,
+                algo_cfg,
+                cap=cap,
+                batch_size=algo_cfg.tasks_per_iteration * algo_cfg.rollouts_per_task,
+                seed=seed,
+                out_dir=out_dir,
+                passes=cfg.rl.s2r_probe_passes,
+            )
+            exp_dir = regrounded_model(cfg, paths, probes, out_dir)
+            # the dream phase is a DreamGym run: its own round settings, s2r_dream_iterations
+            algo_cfg = algo_config(cfg, algo, DREAMGYM, seed)
+            if cfg.rl.s2r_dream_iterations is not None:
+                algo_cfg = algo_cfg.model_copy(update={"iterations": cfg.rl.s2r_dream_iterations})
+            extra = {
+                "real_step_cap": cap,
+                "reference_real_steps": reference,
+                "probe_real_steps": used,
+                "probe_episodes": len(probes),
+                "probe_success": sum(t.success for t in probes) / max(1, len(probes)),
+            }
         resumed_at, _ = _resume_point(out_dir, algo_cfg, fingerprint)
         run = DreamGymRun(
             cfg,
@@ -219,6 +255,8 @@ def rl_seed(
             out_dir=out_dir,
             tasks_per_iteration=algo_cfg.tasks_per_iteration,
             resumed_at=resumed_at,
+            exp_dir=exp_dir,
+            real=probes,
         )
         env: Any = run.env
         source = run.tasks_for
@@ -247,6 +285,8 @@ def rl_seed(
         snapshots=kind == DREAMGYM and cfg.theorem1.snapshots,
         demo_loss=_demo_loss(paths, policy, algo_cfg, seed) if algo_cfg.sft_coef else None,
     )
+    if kind == S2R and dreams:  # the dream phase took none: the real steps are the probes'
+        summary["real_steps"] = extra["probe_real_steps"]
     if summary["optimizer_updates"] == 0:
         raise NoUpdateError(
             f"{method} seed {seed}: {summary['iterations']} rounds and no optimizer update "
@@ -262,8 +302,12 @@ def rl_seed(
     ]
     trajectories: list[Trajectory] = []
     if run is not None:
-        trajectories, extras, extra = run.finish(int(summary["iterations"]))
+        trajectories, extras, dreamt = run.finish(int(summary["iterations"]))
+        extra = {**extra, **dreamt}
         history = [{**row, **x} for row, x in zip(history, extras, strict=True)]
+    if kind == S2R and dreams:  # cumulative real steps: the probes came before every round
+        history = [{**row, "real_steps": float(extra["probe_real_steps"])} for row in history]
+    if run is not None and kind == DREAMGYM:  # S2R's dream is not DreamGym's output
         run.publish_buffer(coevolved_dir(paths, algo, seed))
         _publish_snapshots(out_dir, snapshots_dir(paths, method, seed), method, init)
         synth = synthetic_file(paths, algo, seed)
@@ -363,7 +407,7 @@ def _rl_stage(cfg: Config, paths: Paths, algo: str, kind: str) -> dict[str, Any]
     init = dreamgym_method(algo) if kind == S2R else SFT
     data = {"tasks": paths.tasks_file, "init_policy": policy_dir(paths, init)}
     sections: tuple[str, ...] = _SECTIONS
-    if kind == DREAMGYM:
+    if kind == DREAMGYM or (kind == S2R and cfg.rl.s2r_mode == REGROUND):
         sections = (*_SECTIONS, "synthetic", "curriculum", "ablation", "buffer")
         data["trajectories"] = paths.trajectories_file
     with stage_run(f"{stage}@{algo}", "agent", cfg, sections, paths.root, data) as run:

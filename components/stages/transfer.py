@@ -90,8 +90,11 @@ def _s2r_seed(
     cfg: Config, paths: Paths, algo: str, seed: int, init_dir: Path, method: str
 ) -> dict[str, Any]:
     """Worker: one seed's S2R from a foreign policy; a run with no update is reported."""
-    from components.stages.rl import NoUpdateError, rl_seed
+    from components.stages.rl import REAL_RL, NoUpdateError, rl_seed
 
+    # real RL: re-grounding would continue the foreign policy in this env's dream, which is
+    # in-domain DreamGym training, not transfer of what the source env taught it
+    cfg = cfg.model_copy(update={"rl": cfg.rl.model_copy(update={"s2r_mode": REAL_RL})})
     try:
         result = rl_seed(cfg, paths, algo, S2R, seed, init_dir=init_dir, method=method)
     except NoUpdateError as err:  # e.g. no win in the budget: a result, not a crash

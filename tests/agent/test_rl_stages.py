@@ -16,7 +16,7 @@ from components.agent.rollout import collect_rollouts
 from components.config import Config, Paths, load_config
 from components.envs.vector import ENV_ERROR
 from components.stages.rl import BUDGET_CUT, CappedEnvList
-from tests.agent.rl_env import MagicWordEnv, magic_task
+from tests.agent.rl_env import MagicWordEnv, magic_grpo, magic_task
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -279,18 +279,51 @@ def test_dreamgym_logs_round_curves_and_its_datasets_to_mlflow(project, dreamgym
 
 
 @pytest.mark.integration
-def test_s2r_stays_within_its_share_of_the_real_runs_steps(project, grpo_real, dreamgym_grpo):
+@pytest.mark.parametrize("mode", ["reground", "real_rl"])
+def test_s2r_stays_within_its_share_of_the_real_runs_steps(project, grpo_real, dreamgym_grpo, mode):
+    from components.artifacts import synthetic_file
     from components.stages.rl import train_s2r
+    from components.tracking import dvc_md5
 
     cfg, paths = project
+    cfg = cfg.model_copy(update={"rl": cfg.rl.model_copy(update={"s2r_mode": mode})})
     cap = math.floor(cfg.rl.s2r_real_fraction * grpo_real["real_steps"])
     assert cap > 0
+    dreamt = dvc_md5(synthetic_file(paths, "grpo"))
     out = train_s2r(cfg, paths, "grpo")
     assert 0 < out["real_steps"] <= out["real_step_cap"] == cap  # cut mid-round, never over
     assert out["reference_real_steps"] == grpo_real["real_steps"]
     _common_outputs(paths, "s2r_grpo", out, out["iterations"])
     meta = json.loads((paths.root / "models/policy/s2r_grpo/seed-0/policy.json").read_text())
     assert meta["init"] == "dreamgym_grpo" and meta["real_step_cap"] == cap
+    if mode == "reground":  # real probes, then RL in the re-grounded dream only
+        assert out["probe_real_steps"] == out["real_steps"] and out["probe_episodes"] > 0
+        assert out["iterations"] == cfg.rl.dreamgym_iterations and out["synthetic_steps"] > 0
+    assert dvc_md5(synthetic_file(paths, "grpo")) == dreamt  # DreamGym's outputs untouched
+
+
+def test_probes_are_real_capped_and_reused_on_resume(magic_policy, tmp_path: Path) -> None:
+    from components.stages.regrounding import probe_rollouts
+
+    stepped: list[str] = []
+
+    class Counted(MagicWordEnv):
+        def step(self, action: str) -> Any:
+            stepped.append(action)
+            return super().step(action)
+
+    tasks = [magic_task(i, target=w) for i, w in enumerate(("please", "now", "sesame"))]
+    kw = {"cap": 7, "batch_size": 2, "seed": 0, "out_dir": tmp_path}
+    cfg = magic_grpo()
+    probes, steps = probe_rollouts(magic_policy, lambda: Counted(max_steps=3), tasks, cfg, **kw)
+    assert steps == 7 == len(stepped)  # exactly the cap, never over
+    assert probes and all(t.source == "real" and t.policy == "s2r-probe" for t in probes)
+    assert sum(len(t.steps) for t in probes) <= steps  # an episode the cap cut is dropped
+    again = probe_rollouts(magic_policy, lambda: Counted(max_steps=3), tasks, cfg, **kw)
+    assert again == (probes, steps) and len(stepped) == 7  # resumed: no real step spent again
+    kw.update(cap=100, out_dir=tmp_path / "one-pass")
+    once, _ = probe_rollouts(magic_policy, Counted, tasks, cfg, passes=1, **kw)
+    assert sorted(t.task_id for t in once) == sorted(t.task_id for t in tasks)  # one each
 
 
 @pytest.mark.integration

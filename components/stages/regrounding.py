@@ -1,0 +1,143 @@
+"""Sim-to-real by re-grounding: the real-step budget buys experience for the dream.
+
+``rl.s2r_mode: reground`` (train_s2r) spends a seed's capped real steps on rollouts of its
+DreamGym policy on real train games (``probe_rollouts``). Those real transitions join the
+offline real data the experience model is grounded in (``regrounded_model``: the grounded
+model is refit on both; an LLM experience model gets them in its retrieval buffer), and
+the policy then continues with RL in the re-grounded dream, where synthetic steps are
+free. Why: the dream is wrong where the offline data never went (rooms no recorded
+episode reached, containers never opened), and a real step spent there corrects every
+later synthetic episode, where a real GRPO round of the same size updates the policy
+once on a handful of informative groups.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+import shutil
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from components.config import Config, Paths
+from components.schema import Task, Trajectory, read_jsonl, stable_id, write_jsonl
+
+log = logging.getLogger("dreamgym")
+
+PROBE_POLICY = "s2r-probe"  # the probes' Trajectory.policy
+REGROUNDED_DIR = "experience"  # the refit grounded model (in the run's checkpoint dir)
+__all__ = ["probe_rollouts", "regrounded_model"]
+
+
+def probe_rollouts(
+    policy: Any,
+    env_factory: Callable[[], Any],
+    tasks: Sequence[Task],
+    algo_cfg: Any,
+    *,
+    cap: int,
+    batch_size: int,
+    seed: int,
+    out_dir: Path,
+    passes: int | None = None,
+) -> tuple[list[Trajectory], int]:
+    """(real trajectories, real steps): ``policy`` on the train tasks, at most ``cap`` steps.
+
+    One episode per task in a seeded order, ``batch_size`` at a time, for ``passes`` passes
+    (None: until the cap); an episode the cap cuts is dropped (its last step was never
+    taken). Saved in ``out_dir``, so a resumed run reuses them instead of spending real
+    steps again.
+    """
+    from components.agent.rl import seed_everything, seed_int
+    from components.agent.rollout import collect_rollouts
+    from components.stages.rl import CappedEnvList
+
+    key = stable_id(cap, seed, passes, *(t.task_id for t in tasks), n=10)
+    saved = out_dir / f"probes-{key}.jsonl"
+    done = saved.with_suffix(".json")
+    if done.exists():
+        return list(read_jsonl(saved, Trajectory)), int(json.loads(done.read_text())["steps"])
+    order = list(tasks)
+    random.Random(seed_int(algo_cfg.seed, "probe", seed)).shuffle(order)
+    env = CappedEnvList(env_factory, budget=cap)
+    policy.model.eval()
+    probes: list[Trajectory] = []
+    start, limit = 0, passes * len(order) if passes is not None else None
+    try:
+        while env.real_steps < cap and (limit is None or start < limit):
+            size = batch_size if limit is None else min(batch_size, limit - start)
+            batch = [order[(start + i) % len(order)] for i in range(size)]
+            pass_no, start = start // len(order), start + size
+            seed_everything(seed_int(algo_cfg.seed, "probe", seed, start))
+            before = env.real_steps
+            rollouts = collect_rollouts(
+                policy,
+                env,
+                batch,
+                temperature=algo_cfg.temperature,
+                max_new_tokens=algo_cfg.max_new_tokens,
+                max_turns=algo_cfg.max_turns,
+            )
+            for i, ep in enumerate(rollouts.episodes):
+                if ep.env_error is not None:  # cut by the cap (BUDGET_CUT) or an env error
+                    continue
+                traj = ep.to_trajectory(
+                    source="real", policy=PROBE_POLICY, iteration=pass_no, index=start + i
+                )
+                if traj is not None:
+                    probes.append(traj)
+            if env.real_steps == before:  # nothing could be stepped: no budget to spend
+                break
+    finally:
+        env.close()
+    write_jsonl(saved, probes)
+    done.write_text(json.dumps({"steps": env.real_steps, "episodes": len(probes)}))
+    log.info(
+        "S2R seed %d: %d real probe episodes (%d won), %d real steps of %d",
+        seed,
+        len(probes),
+        sum(t.success for t in probes),
+        env.real_steps,
+        cap,
+    )
+    return probes, env.real_steps
+
+
+def regrounded_model(
+    cfg: Config, paths: Paths, probes: Sequence[Trajectory], out_dir: Path
+) -> Path | None:
+    """The grounded experience model refit on the offline real train data + ``probes``.
+
+    Written under ``out_dir``; None when the pipeline's model is not the grounded one
+    (an LLM experience model is re-grounded through its retrieval buffer instead).
+    """
+    from components.artifacts import experience_model_dir
+    from components.experience.grounded import GroundedModel, is_grounded_dir
+    from components.stages.experience import grounded_settings
+
+    base = experience_model_dir(paths, "full")
+    if not is_grounded_dir(base):
+        return None
+    offline = [
+        t
+        for t in read_jsonl(paths.trajectories_file, Trajectory)
+        if t.split == "train" and t.source == "real"
+    ]
+    model = GroundedModel(grounded_settings(cfg, "full"))
+    stats = model.fit([*offline, *probes])
+    dst = out_dir / REGROUNDED_DIR
+    tmp = dst.with_name(dst.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    model.save(tmp)
+    shutil.copy2(base / "meta.json", tmp / "meta.json")
+    shutil.rmtree(dst, ignore_errors=True)
+    tmp.rename(dst)
+    log.info(
+        "re-grounded the experience model: %d offline + %d probe trajectories, %d transitions",
+        len(offline),
+        len(probes),
+        stats.get("transitions", 0),
+    )
+    return dst
