@@ -2,7 +2,7 @@
 
 The run is real Prefect (the test harness server), a real ``DaskTaskRunner`` on a
 ``LocalCluster`` of two worker processes, real git worktrees and real ``dvc repro`` in
-each, on a two-stage toy dvc.yaml whose first stage sleeps: the two env pipelines must
+each, on a toy dvc.yaml whose first stage waits for the other env's: the two env pipelines must
 overlap in time, each in its own workspace with its own params, the project untouched.
 """
 
@@ -22,11 +22,15 @@ from flows.workspaces import WorkspaceError, prepare_workspace, set_params
 
 ROOT = Path(__file__).resolve().parents[2]
 ENVS = ["textworld", "scienceworld"]
+# a rendezvous, not a sleep: each env's first stage waits (up to 120 s) until every env's
+# has started, so parallel pipelines overlap however loaded the machine, serial ones do not
 STAMP = """\
-import json, os, time, yaml
+import glob, json, os, time, yaml
 env = yaml.safe_load(open("params.yaml"))["env"]["name"]
 start = time.time()
-time.sleep(3)
+open(os.path.join("..", ".started-" + env), "w").close()  # the workspaces' folder
+while len(glob.glob(os.path.join("..", ".started-*"))) < 2 and time.time() - start < 120:
+    time.sleep(0.1)
 os.makedirs("out", exist_ok=True)
 json.dump({"env": env, "start": start, "end": time.time()}, open("out/hello.json", "w"))
 """
@@ -218,7 +222,7 @@ def test_env_pipelines_run_in_parallel_on_dask_in_their_own_workspaces(
         assert (ws / "mlflow.db").exists()  # the env's MLflow runs stay in its workspace
         assert not result["worker"].endswith(f":{os.getpid()}")  # a Dask worker process ran it
     assert len({r["worker"] for r in results.values()}) == 2
-    # both envs slept at the same time: the pipelines overlapped
+    # both envs' first stages ran at the same time: the pipelines overlapped
     assert max(s["start"] for s in stamps.values()) < min(s["end"] for s in stamps.values())
     assert not (toy_project / "out").exists() and not (toy_project / "dvc.lock").exists()
     assert _git(toy_project, "status", "--porcelain") == "?? metrics/"  # the seeded Table 1
