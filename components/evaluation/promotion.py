@@ -270,19 +270,29 @@ def best_method(rows: Mapping[str, Any]) -> str | None:
 
 
 def apply_policy_promotion(
-    root: Path, table1: Mapping[str, Any], margin: float, *, name: str = "policy"
+    root: Path,
+    table1: Mapping[str, Any],
+    margin: float,
+    *,
+    name: str = "policy",
+    env: str | None = None,
 ) -> Decision:
     """``policy@champion`` from Table 1: the best held-out success, above random.
 
+    ``env``: the section to read; Table 1 also carries the other envs' merged sections,
+    whose policies are registered in their own workspaces, not here (None: the only one).
     The best method's version (alias = the method) gets its held-out success and the
     random policy's as tags, then the promotion rule runs with the success floor.
     """
     from components import tracking
 
     envs = [k for k, v in table1.items() if not k.startswith("_") and isinstance(v, Mapping)]
-    if len(envs) != 1:
+    if env is None and len(envs) != 1:
         return Decision(False, f"expected one environment in table1, got {envs}")
-    rows = table1[envs[0]]
+    env = envs[0] if env is None else env
+    if env not in envs:
+        return Decision(False, f"no {env} section in table1 (it has {envs})")
+    rows = table1[env]
     method = best_method(rows)
     if method is None:
         return Decision(False, "no evaluated policy in table1")

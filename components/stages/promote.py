@@ -51,7 +51,7 @@ def promote_policy(cfg: Config, paths: Paths) -> Decision:
         raise FileNotFoundError(f"{table1_file} missing: run `dreamgym table1` (or make run)")
     table1 = json.loads(table1_file.read_text(encoding="utf-8"))
     decision = apply_policy_promotion(
-        paths.root, table1, cfg.promotion.margin, name=REGISTERED_MODEL
+        paths.root, table1, cfg.promotion.margin, name=REGISTERED_MODEL, env=cfg.env.name
     )
     log.info("promotion of %s: %s", REGISTERED_MODEL, decision)
     return decision

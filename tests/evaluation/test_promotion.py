@@ -255,6 +255,10 @@ def test_policy_champion_is_the_best_held_out_success_above_random(tmp_path: Pat
     )
     assert tracking.model_version_by_alias("policy", CHAMPION) is None
     assert "no random baseline" in apply_policy_promotion(tmp_path, _table1(sft=0.7), 0.02).reason
+    two_envs = {**_table1(random=0.1, sft=0.7), "miniwob": {}}
+    assert "expected one environment" in apply_policy_promotion(tmp_path, two_envs, 0.02).reason
+    d = apply_policy_promotion(tmp_path, two_envs, 0.02, env="scienceworld")
+    assert not d.promote and d.reason.startswith("no scienceworld section")
 
     # the best held-out success wins (not the last trained candidate, sft)
     d = apply_policy_promotion(tmp_path, _table1(random=0.16, sft=0.70, dreamgym_grpo=0.84), 0.02)
@@ -282,7 +286,10 @@ def test_promote_command_applies_both_rules_after_a_run(tmp_path: Path):
     assert missing.exit_code != 0 and "table1.json missing" in missing.output
 
     (tmp_path / "metrics").mkdir()
-    (tmp_path / "metrics" / "table1.json").write_text(json.dumps(_table1(random=0.2, sft=0.7)))
+    # Table 1 also carries the other envs' merged sections: only the active env's is read
+    table1 = _table1(random=0.2, sft=0.7)
+    table1["scienceworld"] = _table1(random=0.0, dreamgym_grpo=0.9)["textworld"]
+    (tmp_path / "metrics" / "table1.json").write_text(json.dumps(table1))
     result = CliRunner().invoke(app, args, catch_exceptions=False)
     assert result.exit_code == 0, result.output
     out = json.loads(result.output[result.output.index("{") :])
