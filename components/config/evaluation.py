@@ -82,6 +82,9 @@ class DriftConfig(_Section):
     cat_method: str | None = Field(None, description="Evidently stat test, categorical")
     threshold: float | None = Field(None, gt=0, description="stat-test threshold (None: default)")
     seed: int = Field(0, description="subsampling seed")
+    workers: int = Field(
+        2, ge=1, description="processes running the per-iteration Evidently reports (same results)"
+    )
 
 
 class ReportConfig(_Section):

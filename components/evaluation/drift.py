@@ -29,7 +29,7 @@ import random
 import re
 import warnings
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -246,6 +246,17 @@ def run_drift(
     ``html_only_if_drifted``: write the HTML only when the drift flag is raised.
     """
     ref, cur = feature_frames(real, synthetic, cfg, embedder, vocabulary, reference)
+    return evidently_drift(ref, cur, cfg, html_path, html_only_if_drifted)
+
+
+def evidently_drift(
+    ref: Any,
+    cur: Any,
+    cfg: DriftConfig,
+    html_path: Path | None = None,
+    html_only_if_drifted: bool = False,
+) -> dict[str, Any]:
+    """``run_drift`` on feature frames already built (picklable: runs in a worker process)."""
     summary: dict[str, Any] = {
         "n_reference": len(ref),
         "n_current": len(cur),
@@ -314,26 +325,33 @@ def drift_by_iteration(
     out_dir: Path,
     *,
     embedder: Embedder | None = None,
+    run_jobs: Callable[[Callable[..., Any], list[tuple[Any, ...]]], list[Any]] | None = None,
 ) -> dict[str, Any]:
     """One report per iteration; summaries + overall flag.
 
     The HTML (``out_dir/drift_iter<k>.html``) is kept for the first, the last and every
-    flagged iteration; the others say why they have none (``report_note``).
+    flagged iteration; the others say why they have none (``report_note``). Features are
+    built here (the embedder stays in this process); ``run_jobs(fn, jobs)`` runs the
+    Evidently reports, most of the time (default: one after the other, here).
     """
     reference = reference_features(real, cfg, embedder)
     groups = by_iteration(synthetic)
     ends = {min(groups, default=0), max(groups, default=0)}
-    iterations: dict[str, Any] = {}
-    for it, rows in groups.items():
-        result = run_drift(
-            real,
-            rows,
+    jobs = [
+        (
+            *feature_frames(real, rows, cfg, embedder, reference=reference),
             cfg,
             out_dir / f"drift_iter{it}.html",
-            embedder=embedder,
-            reference=reference,
-            html_only_if_drifted=it not in ends,
+            it not in ends,
         )
+        for it, rows in groups.items()
+    ]
+    if run_jobs is None:
+        results = [evidently_drift(*job) for job in jobs]
+    else:
+        results = run_jobs(evidently_drift, jobs)
+    iterations: dict[str, Any] = {}
+    for it, result in zip(groups, results, strict=True):
         if result.get("drift_share") is not None and "html" not in result:
             result["html"] = None
             result["report_note"] = "not kept (no drift; first, last and flagged iterations are)"

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import random
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,7 @@ from components.schema import Task, Trajectory, read_jsonl
 from components.stages.common import numbers, write_json
 
 log = logging.getLogger("dreamgym")
+MIN_REPORTS_PER_WORKER = 4
 
 JUDGE_METRICS = "judge.json"
 DRIFT_METRICS = "drift.json"
@@ -180,6 +182,14 @@ def judge(cfg: Config, paths: Paths) -> dict[str, Any]:
     return table
 
 
+def _drift_jobs(fn: Any, jobs: list[tuple[Any, ...]], workers: int) -> list[Any]:
+    from components.stages.parallel import run_jobs
+
+    # a spawned worker's start-up (torch + Evidently imports, ~7 s) costs a few reports:
+    # the ci profile's 3 iterations run in-process, the cpu profile's 72 in `workers`
+    return run_jobs(fn, jobs, max(1, min(workers, len(jobs) // MIN_REPORTS_PER_WORKER)))
+
+
 def drift(cfg: Config, paths: Paths) -> dict[str, Any]:
     """Stage drift: real vs synthetic transitions per iteration (Evidently HTML + flags)."""
     from components.evaluation.drift import (
@@ -213,6 +223,7 @@ def drift(cfg: Config, paths: Paths) -> dict[str, Any]:
                 cfg.drift,
                 out_dir / f.stem,
                 embedder=make_drift_embedder(cfg.drift),
+                run_jobs=partial(_drift_jobs, workers=cfg.drift.workers),
             )
             results[f.stem] = result
             # an empty run (every answer malformed) says so instead of looking drift-free

@@ -193,3 +193,31 @@ def test_only_first_last_and_flagged_iterations_keep_an_html_report(tmp_path: Pa
     assert its["2"]["html"] is None and "not kept" in its["2"]["report_note"]
     assert its["2"]["drift_share"] == 0.0  # its metrics are still there
     assert its["3"]["html"] == str(tmp_path / "drift_iter3.html")
+
+
+@pytest.mark.integration
+def test_reports_in_worker_processes_equal_those_in_process(result, tmp_path: Path):
+    from functools import partial
+
+    from components.stages.parallel import run_jobs
+
+    out_dir, serial = result
+    real = real_transitions()
+    synthetic = [*as_synthetic(real, 1), *shifted(real, 2), *as_synthetic(real[:3], 3)]
+    parallel = drift_by_iteration(
+        real,
+        synthetic,
+        CFG,
+        tmp_path,
+        embedder=make_drift_embedder(CFG),
+        run_jobs=partial(run_jobs, workers=2),
+    )
+
+    def strip(res: dict) -> dict:
+        return {
+            it: {k: v for k, v in r.items() if k != "html"} for it, r in res["iterations"].items()
+        }
+
+    assert strip(parallel) == strip(serial) and list(parallel["iterations"]) == ["1", "2", "3"]
+    kept = sorted(p.name for p in tmp_path.glob("*.html"))
+    assert kept == sorted(p.name for p in out_dir.glob("*.html"))
