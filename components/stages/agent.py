@@ -244,6 +244,8 @@ def eval_job(
         where = seed_dir(method_dir, seed) if method_dir else policy_dir(paths, method, seed)
         loaded = load_policy(where, cfg.agent, serving=cfg.serving, root=paths.root)
     rows: list[dict[str, Any]] = []
+    # one factory for every pass: a later pass restarts the games the first one loaded
+    make = env_factory(cfg.env, paths.root)
     for p in range(e.passes if mode == "sampled" else 1):
         run_seed = seed + PASS_SEED_STRIDE * p
         if loaded is None:
@@ -255,7 +257,7 @@ def eval_job(
         records = run_episodes(
             policy,
             tasks,
-            env_factory(cfg.env, paths.root),
+            make,
             seed=run_seed,
             parallel=e.parallel_envs,
             desc=f"eval {name}",

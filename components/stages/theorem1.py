@@ -62,12 +62,13 @@ def real_success(
     policy = load_policy(sft_dir, cfg.agent)
     actor = Acting(policy, 0.0, e.max_new_tokens)
     out: dict[int, dict[str, Any]] = {}
+    make = env_factory(cfg.env, paths.root)  # shared: each snapshot restarts the same games
     for k in sorted(snaps):
         load_snapshot(policy, snaps[k])
         result = evaluate(
             actor,
             tasks,
-            env_factory(cfg.env, paths.root),
+            make,
             seeds=(cfg.seed,),
             greedy=True,
             parallel=e.parallel_envs,
@@ -80,6 +81,19 @@ def real_success(
             out[k]["episodes"],
         )
     return out
+
+
+def measure_job(cfg: Config, paths: Paths, algo: str) -> tuple[list[Any], dict[str, Any]]:
+    """Worker: ``measure_run`` of ``algo`` with its own real env and task table."""
+    from components.envs import make_env
+    from components.stages.data import load_tasks
+
+    tasks = {t.task_id: t for t in load_tasks(paths)}
+    env = make_env(cfg.env, paths.root)
+    try:
+        return measure_run(cfg, paths, algo, env, tasks)
+    finally:
+        env.close()
 
 
 def measure_run(
@@ -162,35 +176,33 @@ def measure_run(
 def theorem1(cfg: Config, paths: Paths) -> dict[str, Any]:
     """Stage theorem1: every term of the bound per round of each DreamGym run."""
     from components.artifacts import dreamgym_method
-    from components.envs import make_env
     from components.evaluation.theorem1 import FORMULA, PNG_NAME, plot_runs, summarize
-    from components.stages.data import load_tasks
+    from components.stages.parallel import run_jobs
     from components.tracking import stage_run
 
-    tasks = {t.task_id: t for t in load_tasks(paths)}
     doc: dict[str, Any] = {"formula": FORMULA, "runs": {}}
     records_by_run: dict[str, list[Any]] = {}
-    env = make_env(cfg.env, paths.root)
     data = {"tasks": paths.tasks_file}
-    try:
-        with stage_run("theorem1", "evaluation", cfg, ("theorem1",), paths.root, data) as run:
-            for algo in cfg.theorem1.algos:
-                method = dreamgym_method(algo)
-                records, extras = measure_run(cfg, paths, algo, env, tasks)
-                records_by_run[method] = records
-                doc["runs"][method] = {**summarize(records), **extras}
-                for r in doc["runs"][method]["iterations"]:
-                    run.log_metrics(
-                        {f"{method}.{k}": v for k, v in numbers(r).items() if k != "iteration"},
-                        step=r["iteration"],
-                    )
-            with tempfile.TemporaryDirectory() as tmp:  # reports/theorem1.png is the report's
-                png = plot_runs(records_by_run, Path(tmp) / PNG_NAME, cfg.report.dpi)
-                if png is not None:
-                    run.log_artifact(png, "theorem1")
-            run.log_dict(doc, "theorem1/theorem1.json")
-    finally:
-        env.close()
+    algos = list(cfg.theorem1.algos)
+    with stage_run("theorem1", "evaluation", cfg, ("theorem1",), paths.root, data) as run:
+        # the runs are independent (each replays its own rounds and evaluates its snapshots)
+        jobs = [(cfg, paths, algo) for algo in algos]
+        for algo, (records, extras) in zip(
+            algos, run_jobs(measure_job, jobs, cfg.theorem1.workers), strict=True
+        ):
+            method = dreamgym_method(algo)
+            records_by_run[method] = records
+            doc["runs"][method] = {**summarize(records), **extras}
+            for r in doc["runs"][method]["iterations"]:
+                run.log_metrics(
+                    {f"{method}.{k}": v for k, v in numbers(r).items() if k != "iteration"},
+                    step=r["iteration"],
+                )
+        with tempfile.TemporaryDirectory() as tmp:  # reports/theorem1.png is the report's
+            png = plot_runs(records_by_run, Path(tmp) / PNG_NAME, cfg.report.dpi)
+            if png is not None:
+                run.log_artifact(png, "theorem1")
+        run.log_dict(doc, "theorem1/theorem1.json")
     write_json(paths.metrics / THEOREM1_METRICS, doc)
     for method, r in doc["runs"].items():
         log.info(

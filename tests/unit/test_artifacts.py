@@ -99,3 +99,19 @@ def test_dvc_yaml_names_the_same_locations() -> None:
             assert path.as_posix() in per_algo, path
     for path in expected:
         assert path.as_posix() in dvc, path
+
+
+def test_dvc_lock_holds_only_stages_of_dvc_yaml() -> None:
+    """DVC never drops a lock entry whose stage left dvc.yaml; DVC parses and rewrites the
+    whole lock after every stage, so a stale entry costs every stage of every run."""
+    import yaml
+
+    repo = Path(__file__).resolve().parents[2]
+    stages = yaml.safe_load((repo / "dvc.yaml").read_text(encoding="utf-8"))["stages"]
+    names = {
+        f"{name}@{item}" if "foreach" in stage else name
+        for name, stage in stages.items()
+        for item in stage.get("foreach", [None])
+    }
+    lock = yaml.safe_load((repo / "dvc.lock").read_text(encoding="utf-8"))["stages"]
+    assert not sorted(set(lock) - names)
