@@ -99,9 +99,16 @@ def story_file_problem(path: Path) -> str | None:
     if length and length > len(data):
         return f"{path}: truncated ({len(data)} of {length} bytes)"
     checksum = int.from_bytes(data[0x1C:0x1E], "big")
-    if length and checksum and sum(data[0x40:length]) % 0x10000 != checksum:
+    if length and checksum and _byte_sum(data, 0x40, length) % 0x10000 != checksum:
         return f"{path}: corrupted (checksum mismatch)"
     return None
+
+
+def _byte_sum(data: bytes, start: int, end: int) -> int:
+    """Sum of ``data[start:end]`` (numpy: ~14x faster than ``sum()`` on a 400 KB story)."""
+    import numpy as np
+
+    return int(np.frombuffer(data, dtype=np.uint8)[start:end].sum(dtype=np.uint64))
 
 
 class EnginePool:
@@ -111,12 +118,15 @@ class EnginePool:
     a reset; RL rounds and evaluation restart the same games again and again, on whichever
     env slot is free. An env gives its engine back here when it switches games or closes,
     and takes an idle one of its next game if there is one. At most ``max_idle`` idle
-    engines (~2 MB each) are kept; the least recently returned are closed first.
+    engines (~2.4 MB each) are kept; the least recently returned are closed first. The
+    default holds a GRPO round's engines (4 per game) for all 160 train games of the cpu
+    profile: with 256, ~70% of the restarts in a real GRPO run reloaded their game.
     """
 
-    def __init__(self, max_idle: int = 256) -> None:
+    def __init__(self, max_idle: int = 1024) -> None:
         self.max_idle = max_idle
         self._idle: OrderedDict[tuple[str, bool, str], list[Any]] = OrderedDict()
+        self._n_idle = 0
         self.hits = self.misses = 0
 
     def take(self, key: tuple[str, bool, str]) -> Any | None:
@@ -126,6 +136,7 @@ class EnginePool:
             self.misses += 1
             return None
         self.hits += 1
+        self._n_idle -= 1
         tw = engines.pop()
         if not engines:
             del self._idle[key]
@@ -135,9 +146,11 @@ class EnginePool:
         """Keep ``tw`` for reuse (closing the oldest idle engines beyond ``max_idle``)."""
         self._idle.setdefault(key, []).append(tw)
         self._idle.move_to_end(key)
-        while sum(len(v) for v in self._idle.values()) > self.max_idle:
+        self._n_idle += 1
+        while self._n_idle > self.max_idle:
             oldest = next(iter(self._idle))
             _close(self._idle[oldest].pop(0))
+            self._n_idle -= 1
             if not self._idle[oldest]:
                 del self._idle[oldest]
 
@@ -147,6 +160,7 @@ class EnginePool:
             for tw in engines:
                 _close(tw)
         self._idle.clear()
+        self._n_idle = 0
 
 
 def _close(tw: Any) -> None:

@@ -327,42 +327,64 @@ def drift_by_iteration(
     embedder: Embedder | None = None,
     run_jobs: Callable[[Callable[..., Any], list[tuple[Any, ...]]], list[Any]] | None = None,
 ) -> dict[str, Any]:
-    """One report per iteration; summaries + overall flag.
+    """One report per iteration; summaries + overall flag (``drift_by_run`` of one run)."""
+    runs = drift_by_run(real, {"": synthetic}, cfg, out_dir, embedder=embedder, run_jobs=run_jobs)
+    return runs[""]
 
-    The HTML (``out_dir/drift_iter<k>.html``) is kept for the first, the last and every
-    flagged iteration; the others say why they have none (``report_note``). Features are
-    built here (the embedder stays in this process); ``run_jobs(fn, jobs)`` runs the
-    Evidently reports, most of the time (default: one after the other, here).
+
+def drift_by_run(
+    real: Sequence[Transition],
+    runs: Mapping[str, Sequence[Transition]],
+    cfg: DriftConfig,
+    out_dir: Path,
+    *,
+    embedder: Embedder | None = None,
+    run_jobs: Callable[[Callable[..., Any], list[tuple[Any, ...]]], list[Any]] | None = None,
+) -> dict[str, dict[str, Any]]:
+    """Per synthetic run: one report per iteration, summaries + overall flag.
+
+    The HTML (``out_dir/<run>/drift_iter<k>.html``) is kept for the first, the last and
+    every flagged iteration; the others say why they have none (``report_note``). Features
+    are built here (the embedder stays in this process), the real side once for all runs;
+    ``run_jobs(fn, jobs)`` runs every run's Evidently reports in one call (one worker pool),
+    most of the time (default: one after the other, here).
     """
     reference = reference_features(real, cfg, embedder)
-    groups = by_iteration(synthetic)
-    ends = {min(groups, default=0), max(groups, default=0)}
-    jobs = [
-        (
-            *feature_frames(real, rows, cfg, embedder, reference=reference),
-            cfg,
-            out_dir / f"drift_iter{it}.html",
-            it not in ends,
-        )
-        for it, rows in groups.items()
-    ]
+    keys: list[tuple[str, int]] = []
+    jobs: list[tuple[Any, ...]] = []
+    for name, synthetic in runs.items():
+        groups = by_iteration(synthetic)
+        ends = {min(groups, default=0), max(groups, default=0)}
+        for it, rows in groups.items():
+            keys.append((name, it))
+            jobs.append(
+                (
+                    *feature_frames(real, rows, cfg, embedder, reference=reference),
+                    cfg,
+                    out_dir / name / f"drift_iter{it}.html",
+                    it not in ends,
+                )
+            )
     if run_jobs is None:
         results = [evidently_drift(*job) for job in jobs]
     else:
         results = run_jobs(evidently_drift, jobs)
-    iterations: dict[str, Any] = {}
-    for it, result in zip(groups, results, strict=True):
+    iterations: dict[str, dict[str, Any]] = {name: {} for name in runs}
+    for (name, it), result in zip(keys, results, strict=True):
         if result.get("drift_share") is not None and "html" not in result:
             result["html"] = None
             result["report_note"] = "not kept (no drift; first, last and flagged iterations are)"
-        iterations[str(it)] = result
-    flags = [r["drifted"] for r in iterations.values() if r.get("drifted") is not None]
-    return {
-        "iterations": iterations,
-        "drifted": any(flags),
-        "n_iterations": len(iterations),
-        "n_drifted_iterations": sum(flags),
-    }
+        iterations[name][str(it)] = result
+    out: dict[str, dict[str, Any]] = {}
+    for name, its in iterations.items():
+        flags = [r["drifted"] for r in its.values() if r.get("drifted") is not None]
+        out[name] = {
+            "iterations": its,
+            "drifted": any(flags),
+            "n_iterations": len(its),
+            "n_drifted_iterations": sum(flags),
+        }
+    return out
 
 
 def drift_metrics(result: Mapping[str, Any]) -> dict[str, Any]:

@@ -193,7 +193,7 @@ def _drift_jobs(fn: Any, jobs: list[tuple[Any, ...]], workers: int) -> list[Any]
 def drift(cfg: Config, paths: Paths) -> dict[str, Any]:
     """Stage drift: real vs synthetic transitions per iteration (Evidently HTML + flags)."""
     from components.evaluation.drift import (
-        drift_by_iteration,
+        drift_by_run,
         drift_metrics,
         index_html,
         make_drift_embedder,
@@ -212,28 +212,27 @@ def drift(cfg: Config, paths: Paths) -> dict[str, Any]:
     out_dir = drift_reports_dir(paths)
     out_dir.mkdir(parents=True, exist_ok=True)  # a DVC output even when no report is kept
     metrics: dict[str, Any] = {}
-    results: dict[str, Any] = {}
     data = {f"synthetic_{f.stem}": f for f in files}
     with stage_run("drift", "evaluation", cfg, ("drift",), paths.root, data) as run:
-        for f in files:
-            synthetic = [s for t in read_jsonl(f, Trajectory) for s in t.steps]
-            result = drift_by_iteration(
-                real,
-                synthetic,
-                cfg.drift,
-                out_dir / f.stem,
-                embedder=make_drift_embedder(cfg.drift),
-                run_jobs=partial(_drift_jobs, workers=cfg.drift.workers),
-            )
-            results[f.stem] = result
+        runs = {f.stem: [s for t in read_jsonl(f, Trajectory) for s in t.steps] for f in files}
+        # every run's reports in one worker pool, against one real reference
+        results = drift_by_run(
+            real,
+            runs,
+            cfg.drift,
+            out_dir,
+            embedder=make_drift_embedder(cfg.drift),
+            run_jobs=partial(_drift_jobs, workers=cfg.drift.workers),
+        )
+        for name, result in results.items():
             # an empty run (every answer malformed) says so instead of looking drift-free
-            metrics[f.stem] = {
+            metrics[name] = {
                 "drifted": result["drifted"],
-                "n_synthetic": len(synthetic),
+                "n_synthetic": len(runs[name]),
                 **drift_metrics(result),
             }
-            for html in sorted((out_dir / f.stem).glob("*.html")):
-                run.log_artifact(html, f"drift/{f.stem}")
+            for html in sorted((out_dir / name).glob("*.html")):
+                run.log_artifact(html, f"drift/{name}")
         index = drift_index(paths)
         index_html(results, index, cfg.drift.drift_share)
         run.log_artifact(index, "drift")

@@ -13,6 +13,7 @@ from components.evaluation.drift import (
     HashingEmbedder,
     by_iteration,
     drift_by_iteration,
+    drift_by_run,
     drift_metrics,
     make_drift_embedder,
     real_vocabulary,
@@ -221,3 +222,30 @@ def test_reports_in_worker_processes_equal_those_in_process(result, tmp_path: Pa
     assert strip(parallel) == strip(serial) and list(parallel["iterations"]) == ["1", "2", "3"]
     kept = sorted(p.name for p in tmp_path.glob("*.html"))
     assert kept == sorted(p.name for p in out_dir.glob("*.html"))
+
+
+def test_runs_reported_together_equal_runs_reported_one_by_one(tmp_path: Path):
+    real = real_transitions()
+    runs = {
+        "a": [*as_synthetic(real, 1), *shifted(real, 2)],
+        "b": [*as_synthetic(real, 1), *as_synthetic(real, 2), *shifted(real, 3)],
+    }
+    calls: list[int] = []
+
+    def one_pool(fn, jobs):  # what the stage passes: every report in one call
+        calls.append(len(jobs))
+        return [fn(*job) for job in jobs]
+
+    emb = make_drift_embedder(CFG)
+    together = drift_by_run(real, runs, CFG, tmp_path / "together", embedder=emb, run_jobs=one_pool)
+    assert calls == [5]
+    for name, synthetic in runs.items():
+        alone = drift_by_iteration(real, synthetic, CFG, tmp_path / "alone" / name, embedder=emb)
+        for it, r in alone["iterations"].items():
+            t = together[name]["iterations"][it]
+            assert {k: v for k, v in t.items() if k != "html"} == {
+                k: v for k, v in r.items() if k != "html"
+            }
+            assert (t["html"] is None) == (r["html"] is None)
+        assert together[name]["drifted"] == alone["drifted"]
+    assert (tmp_path / "together" / "b" / "drift_iter3.html").is_file()

@@ -103,6 +103,25 @@ def test_generation_resumes_and_reproduces_games(tw_suite: Suite):
     assert regenerated == original_json  # same seed, same game
 
 
+def test_treasure_games_with_the_knowledge_base_parsed_once_are_the_same_games():
+    import json
+
+    import textworld
+    import textworld.challenges
+
+    from components.envs.textworld_tasks import _make_game
+
+    make = textworld.challenges.CHALLENGES["tw-treasure_hunter"][1]
+    for level, seed in ((3, 11), (12, 12), (3, 13)):  # one KB parse serves all three
+        options = textworld.GameOptions()
+        options.seeds = seed
+        fresh = make({"level": level}, options)  # parses its own knowledge base
+        shared = _make_game("treasure", level, seed)
+        assert json.dumps(shared.serialize(), sort_keys=True) == json.dumps(
+            fresh.serialize(), sort_keys=True
+        )
+
+
 # -- env -----------------------------------------------------------------------------------------
 
 
