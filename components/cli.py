@@ -202,6 +202,14 @@ class Stage:
 
 AlgoOpt = Annotated[str, typer.Option("--algo", help="RL algorithm: grpo or ppo")]
 ALGO = Param("algo", AlgoOpt, "grpo", choices="components.artifacts:ALGOS", hint="--algo")
+TrainAlgoOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--algo",
+        help="RL algorithm: grpo or ppo (default: both, their seeds in one pool of processes)",
+    ),
+]
+TRAIN_ALGO = Param("algo", TrainAlgoOpt, None, choices="components.artifacts:ALGOS", hint="--algo")
 FRESH = Param(
     "fresh",
     Annotated[
@@ -365,20 +373,21 @@ STAGES: tuple[Stage, ...] = (
     Stage(
         "train-rl-real",
         "rl:train_rl_real",
-        "RL (GRPO/PPO) from the SFT policy in the real env -> models/policy/<algo>_real.",
-        (ALGO,),
+        "RL (GRPO and PPO) from the SFT policy in the real env -> models/policy/<algo>_real.",
+        (TRAIN_ALGO,),
     ),
     Stage(
         "train-dreamgym",
         "rl:train_dreamgym",
-        "DreamGym: RL in the synthetic env only (0 real steps) -> models/policy/dreamgym_<algo>.",
-        (ALGO,),
+        "DreamGym: GRPO and PPO in the synthetic env only (0 real steps) ->\n"
+        "models/policy/dreamgym_<algo>.",
+        (TRAIN_ALGO,),
     ),
     Stage(
         "train-s2r",
         "rl:train_s2r",
-        "Sim-to-real: DreamGym policy in the real env, real steps capped -> s2r_<algo>.",
-        (ALGO,),
+        "Sim-to-real: each DreamGym policy in the real env, real steps capped -> s2r_<algo>.",
+        (TRAIN_ALGO,),
     ),
     Stage(
         "evaluate-policy",
@@ -457,7 +466,7 @@ def _attr(ref: str) -> Any:
 
 def _check(param: Param, value: Any) -> None:
     """A value outside ``param.choices`` is a usage error (exit 2), raised before any work."""
-    if param.choices is None:
+    if param.choices is None or value is None:  # None: the parameter's default meaning
         return
     allowed = _attr(param.choices)
     if value not in allowed:

@@ -124,7 +124,12 @@ class AgentConfig(_Section):
     seeds: tuple[int, ...] = Field(
         (0, 1, 2), min_length=1, description="training seeds of every policy method (Table 1)"
     )
-    workers: int = Field(3, ge=1, description="seeds trained / evaluated in parallel processes")
+    workers: int = Field(
+        4,
+        ge=1,
+        description="seeds trained / evaluated in parallel processes (the RL stages: both "
+        "algorithms' seeds in one pool)",
+    )
     scorer: ScorerConfig = ScorerConfig()
     model: str = Field(
         "tiny", description="tiny (from a config) | smollm2 (packaged GGUF) | hub name/path"

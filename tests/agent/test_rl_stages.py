@@ -203,6 +203,54 @@ def test_real_grpo_counts_real_steps_and_registers_the_policy(project, grpo_real
 
 
 @pytest.mark.integration
+def test_both_algorithms_in_one_pool_train_as_they_do_alone(project, grpo_real, tmp_path) -> None:
+    """The stage's default: GRPO's and PPO's seeds in one pool of worker processes give
+    GRPO the very run it has alone in-process; one MLflow run per stage, one per algorithm
+    nested in it, the seeds below."""
+    import mlflow
+
+    from components.stages.rl import train_rl_real
+    from components.tracking import tracking_uri
+
+    cfg, paths = project
+    copy = Paths(tmp_path / "project")
+    shutil.copytree(paths.root, copy.root)
+    shutil.rmtree(copy.root / "models/policy/grpo_real")
+    (copy.root / "mlflow.db").unlink()  # only this test's runs below
+    shutil.rmtree(copy.mlruns, ignore_errors=True)
+    cfg = cfg.model_copy(update={"agent": cfg.agent.model_copy(update={"workers": 2})})
+    out = train_rl_real(cfg, copy)
+    assert set(out) == {"grpo_real", "ppo_real"}
+
+    def same(summary: dict[str, Any]) -> dict[str, Any]:  # all but the clock
+        return {
+            s: {k: v for k, v in m.items() if not k.endswith("_seconds")}
+            for s, m in summary["per_seed"].items()
+        }
+
+    assert same(out["grpo_real"]) == same(grpo_real)
+    assert out["ppo_real"]["optimizer_updates"] > 0
+    for method in ("grpo_real", "ppo_real"):
+        saved = json.loads((copy.metrics / "agent" / f"{method}.json").read_text())
+        assert same(saved) == same(out[method])
+        assert (copy.root / "models/policy" / method / "seed-0" / "policy.json").is_file()
+
+    mlflow.set_tracking_uri(tracking_uri(copy.root))
+    runs = {
+        r.info.run_name: r
+        for r in mlflow.search_runs(search_all_experiments=True, output_format="list")
+    }
+    stage = runs["train_rl_real"]
+    assert stage.data.tags["stage"] == "train_rl_real"
+    for algo in ("grpo", "ppo"):
+        run = runs[f"train_rl_real@{algo}"]
+        assert run.data.tags["mlflow.parentRunId"] == stage.info.run_id
+        assert "stage" not in run.data.tags  # bench.stages times the stage once
+        seed = runs[f"train_rl_real@{algo}/seed-0"]
+        assert seed.data.tags["mlflow.parentRunId"] == run.info.run_id
+
+
+@pytest.mark.integration
 def test_dreamgym_trains_in_the_synthetic_env_and_grows_the_buffer(project, dreamgym_grpo) -> None:
     from components.artifacts import coevolved_dir, synthetic_file
     from components.buffer import SEED_TAG, ReplayBuffer

@@ -84,7 +84,7 @@ def test_dvc_yaml_names_the_same_locations() -> None:
     dvc = (Path(__file__).resolve().parents[2] / "dvc.yaml").read_text(encoding="utf-8")
     root = Paths(Path("."))
     expected = [a.experience_model_dir(root), a.policy_dir(root, a.SFT), a.policy_dir(root, a.DPO)]
-    for algo in a.ALGOS:  # dvc.yaml's foreach stages: ${item} is the algorithm
+    for algo in a.ALGOS:  # every algorithm of the RL stages
         per_algo = dvc.replace("${item}", algo)
         dg = a.dreamgym_method(algo)
         for path in (
