@@ -77,9 +77,9 @@ def _measure(name: str, make: Callable[[Path], tuple[Any, list[Any], float]]) ->
     }
 
 
-def _textworld(tmp: Path) -> tuple[Any, list[Any], float]:
+def textworld_suite(tmp: Path) -> tuple[list[Any], float]:
+    """A small TextWorld suite (quests and treasure hunts) generated under ``tmp`` (timed)."""
     from components.config.small import small_config
-    from components.envs.textworld_env import TextWorldEnv
     from components.envs.textworld_tasks import generate_task_suite
 
     cfg = small_config(
@@ -91,8 +91,18 @@ def _textworld(tmp: Path) -> tuple[Any, list[Any], float]:
     )
     t0 = time.perf_counter()
     tasks = generate_task_suite(cfg, tmp / "data" / "tasks", progress=False, root=tmp)
-    suite_s = time.perf_counter() - t0
-    return TextWorldEnv(max_steps=30, root=tmp), tasks, suite_s
+    return tasks, time.perf_counter() - t0
+
+
+def _textworld(tmp: Path) -> tuple[Any, list[Any], float]:
+    from components.envs.textworld_engines import EnginePool
+    from components.envs.textworld_env import TextWorldEnv
+
+    tasks, suite_s = textworld_suite(tmp)
+    # engines only: every step runs the game (a kept answer tree would make replayed
+    # steps free; bench.answer_tree measures that side by side)
+    engines = EnginePool(max_idle=0, max_answers=0)
+    return TextWorldEnv(max_steps=30, root=tmp, engines=engines), tasks, suite_s
 
 
 _ONE_TRAIN_ONE_TEST = {"train": 1, "validation": 0, "test": 1}  # instances per task name

@@ -11,6 +11,7 @@ BENCHMARKS = (
     "bench.collection",
     "bench.buffer",
     "bench.envs",
+    "bench.answer_tree",
     "bench.synthetic_env",
     "bench.admissible_commands",
     "bench.policy_designs",

@@ -78,7 +78,7 @@ def env_factory(
     factory = _factory_of(env_cfg)
     shared: Any = None
     if env_cfg.name == "textworld":
-        from components.envs.textworld_env import EnginePool
+        from components.envs.textworld_engines import EnginePool
 
         shared = EnginePool()
     return lambda: factory(env_cfg, root, expert, shared)

@@ -24,15 +24,15 @@ action) returns exactly what live stepping returned.
 
 from __future__ import annotations
 
-import contextlib
 import re
-from collections import OrderedDict
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from components.config.data import RewardMode
 from components.envs.base import REWARD_WON, EnvError, normalised_score
 from components.envs.episodic import EpisodicEnv, Step, collapse, normalize_command
+from components.envs.textworld_engines import Answer, Engine, EnginePool, GameKey, Node, intern_all
 from components.envs.textworld_state import compact_description, compact_inventory
 from components.schema import Task
 
@@ -111,65 +111,12 @@ def _byte_sum(data: bytes, start: int, end: int) -> int:
     return int(np.frombuffer(data, dtype=np.uint8)[start:end].sum(dtype=np.uint64))
 
 
-class EnginePool:
-    """Loaded TextWorld games shared by the envs of one factory, kept for reuse.
-
-    Starting a game (parsing its .json knowledge base, loading the story file) costs ~3x
-    a reset; RL rounds and evaluation restart the same games again and again, on whichever
-    env slot is free. An env gives its engine back here when it switches games or closes,
-    and takes an idle one of its next game if there is one. At most ``max_idle`` idle
-    engines (~2.4 MB each) are kept; the least recently returned are closed first. The
-    default holds a GRPO round's engines (4 per game) for all 160 train games of the cpu
-    profile: with 256, ~70% of the restarts in a real GRPO run reloaded their game.
-    """
-
-    def __init__(self, max_idle: int = 1024) -> None:
-        self.max_idle = max_idle
-        self._idle: OrderedDict[tuple[str, bool, str], list[Any]] = OrderedDict()
-        self._n_idle = 0
-        self.hits = self.misses = 0
-
-    def take(self, key: tuple[str, bool, str]) -> Any | None:
-        """An idle engine of ``key`` (game path, expert, state format), or None."""
-        engines = self._idle.get(key)
-        if not engines:
-            self.misses += 1
-            return None
-        self.hits += 1
-        self._n_idle -= 1
-        tw = engines.pop()
-        if not engines:
-            del self._idle[key]
-        return tw
-
-    def give(self, key: tuple[str, bool, str], tw: Any) -> None:
-        """Keep ``tw`` for reuse (closing the oldest idle engines beyond ``max_idle``)."""
-        self._idle.setdefault(key, []).append(tw)
-        self._idle.move_to_end(key)
-        self._n_idle += 1
-        while self._n_idle > self.max_idle:
-            oldest = next(iter(self._idle))
-            _close(self._idle[oldest].pop(0))
-            self._n_idle -= 1
-            if not self._idle[oldest]:
-                del self._idle[oldest]
-
-    def close(self) -> None:
-        """Close every idle engine."""
-        for engines in self._idle.values():
-            for tw in engines:
-                _close(tw)
-        self._idle.clear()
-        self._n_idle = 0
-
-
-def _close(tw: Any) -> None:
-    with contextlib.suppress(Exception):  # a dead engine may fail to close
-        tw.close()
-
-
 class TextWorldEnv(EpisodicEnv):
-    """A TextWorld game as a 5-tuple env with admissible actions, an expert and replay."""
+    """A TextWorld game as a 5-tuple env with admissible actions, an expert and replay.
+
+    Answers are read from the factory's ``EnginePool`` trees when the command path was
+    played before (textworld_engines.py); an engine runs only the paths that are new.
+    """
 
     name = ENV_NAME
 
@@ -192,10 +139,20 @@ class TextWorldEnv(EpisodicEnv):
         # collection needs that plan (expert_action), and without it a step is ~2x cheaper
         self.expert = expert
         self._location = "unknown"
-        self._tw: Any = None  # the textworld environment, reused while the game is the same
-        self._engines = engines  # shared with the other envs of a factory (None: not shared)
-        self._game_path: str | None = None
-        self._state: Any = None
+        # shared with the other envs of a factory; a lone env keeps its own answers and
+        # closes its engine when it lets it go
+        self._engines = engines if engines is not None else EnginePool(max_idle=0)
+        self._engine_held: Engine | None = None  # reused while the game is the same
+        self._game_path: str | None = None  # the game of the held engine
+        self._key: GameKey | None = None  # the game of the episode
+        self._sent: tuple[str, ...] = ()  # commands the episode sent to the game
+        self._node: Node | None = None  # their answer in the tree (None: not kept)
+        self._answer: Answer | None = None
+
+    @property
+    def _tw(self) -> Any:
+        """The held engine's TextWorld environment (None: no engine held)."""
+        return None if self._engine_held is None else self._engine_held.tw
 
     # -- paths and the engine ------------------------------------------------------------
 
@@ -208,14 +165,13 @@ class TextWorldEnv(EpisodicEnv):
             path = (self.root or Path.cwd()) / path
         return path
 
-    def _engine(self, path: Path) -> Any:
-        if self._tw is not None and self._game_path == str(path):
-            return self._tw
+    def _engine(self, path: Path) -> Engine:
+        if self._engine_held is not None and self._game_path == str(path):
+            return self._engine_held
         self._release()
-        key = (str(path), self.expert, self.state_format)
-        reused = self._engines.take(key) if self._engines is not None else None
+        reused = self._engines.take((str(path), self.expert, self.state_format))
         if reused is not None:
-            self._tw, self._game_path = reused, str(path)
+            self._engine_held, self._game_path = reused, str(path)
             return reused
         import textworld  # heavy import kept to this module
 
@@ -240,62 +196,104 @@ class TextWorldEnv(EpisodicEnv):
             facts=compact,
         )
         try:
-            self._tw = textworld.start(str(path), request_infos=infos)
+            tw = textworld.start(str(path), request_infos=infos)
         except Exception as err:
             raise EnvError(f"cannot start {path}: {err}") from err
         # Jericho would re-run "look" and "inventory" after every command for games it
         # "fully supports"; TextWorld's Inform7 wrapper already reads both from the game's
         # own output, so this only triples the cost of a step.
-        frotz = getattr(getattr(self._tw, "unwrapped", None), "_jericho", None)
+        frotz = getattr(getattr(tw, "unwrapped", None), "_jericho", None)
         if frotz is not None and hasattr(frotz, "is_fully_supported"):
             frotz.is_fully_supported = False
-        self._game_path = str(path)
-        return self._tw
+        self._engines.share_valid_actions(str(path), tw)
+        self._engine_held, self._game_path = Engine(tw), str(path)
+        return self._engine_held
 
     def _release(self) -> None:
-        """Give a healthy engine back to the shared pool (or close it when not shared)."""
-        if self._tw is not None and self._engines is not None and self._game_path is not None:
-            tw, path, self._tw, self._game_path = self._tw, self._game_path, None, None
-            self._done = True
-            self._engines.give((path, self.expert, self.state_format), tw)
-        else:
-            self._discard()
+        """Give a healthy engine back to the pool (a lone env's pool closes it)."""
+        if self._engine_held is not None and self._game_path is not None:
+            engine, path = self._engine_held, self._game_path
+            self._engine_held, self._game_path = None, None
+            self._engines.give((path, self.expert, self.state_format), engine)
 
     def _discard(self) -> None:
-        """Drop the engine (after an error, or to switch games); the next reset restarts it."""
-        tw, self._tw, self._game_path = self._tw, None, None
+        """Drop the engine after an error (the episode ends; the next reset restarts it)."""
+        engine, self._engine_held, self._game_path = self._engine_held, None, None
         self._done = True
-        if tw is not None:
-            with contextlib.suppress(Exception):  # a dead engine may fail to close
-                tw.close()
+        if engine is not None:
+            engine.close()
+
+    def _answer_of(self, state: dict[str, Any]) -> Answer:
+        if self.state_format == "compact":
+            facts = state.get("facts") or []
+            description, inventory = compact_description(facts), compact_inventory(facts)
+        else:
+            description, inventory = state.get("description") or "", state.get("inventory") or ""
+        return Answer(
+            feedback=state.get("feedback") or "",
+            description=description,
+            inventory=inventory,
+            admissible=intern_all(sorted(state.get("admissible_commands") or [])),
+            won=bool(state.get("won")),
+            lost=bool(state.get("lost")),
+            score=state.get("score"),
+            max_score=state.get("max_score"),
+            objective=state.get("objective"),
+            plan=intern_all(state.get("policy_commands")) if self.expert else (),
+        )
+
+    def _play(self, task: Task, command: str | None) -> Answer:
+        """Run the game along the episode's commands, then ``command`` (None: the reset)."""
+        path = self.resolve_game_file(task)
+        engine = self._engine(path)
+        try:
+            if command is None or engine.at is None or engine.at != self._sent[: len(engine.at)]:
+                state = engine.tw.reset()
+                engine.at = ()
+            for missed in self._sent[len(engine.at) :]:  # answered from the tree so far
+                engine.tw.step(missed)
+            engine.at = self._sent
+            if command is not None:
+                state, _, _ = engine.tw.step(command)
+                engine.at = (*self._sent, command)
+            self._engines.played += 1
+        except Exception as err:
+            self._discard()
+            what = "reset" if command is None else f"step {command!r}"
+            raise EnvError(f"{what} failed on {task.task_id}: {err}") from err
+        return self._answer_of(state)
 
     # -- Env -------------------------------------------------------------------------------
 
     def reset(self, task: Task, seed: int | None = None) -> tuple[str, dict[str, Any]]:
         """Start ``task``'s game; ``seed`` is ignored (TextWorld games are deterministic)."""
         del seed
-        path = self.resolve_game_file(task)
-        tw = self._engine(path)
-        try:
-            state = tw.reset()
-        except Exception as err:
-            self._discard()
-            raise EnvError(f"reset failed for {task.task_id}: {err}") from err
+        key = (str(self.resolve_game_file(task)), self.expert, self.state_format)
+        if self._game_path is not None and self._game_path != key[0]:
+            self._release()  # another env may need that game's engine meanwhile
+        self._sent = ()
+        node = self._engines.known(key)
+        if node is None:
+            answer = self._play(task, None)
+            node = self._engines.remember(key, answer)
+        else:
+            answer = node.answer
+        self._key, self._node, self._answer = key, node, answer
         self._task = task
         self._history = []
-        self._state = state
         self._done = False
         self._location = "unknown"  # until the first "-= Room =-" header
-        self._norm_score = normalised_score(state.get("score"), state.get("max_score"))
-        self._admissible = sorted(state.get("admissible_commands") or [])
-        objective = state.get("objective") or task.instruction
-        feedback = clean_feedback(state.get("feedback", ""), objective)
-        obs, location = self._observe(state, feedback)
-        info = self._info(state, feedback, location, valid=True)
+        self._norm_score = normalised_score(answer.score, answer.max_score)
+        self._admissible = list(answer.admissible)
+        objective = answer.objective or task.instruction
+        feedback = clean_feedback(answer.feedback, objective)
+        obs, location = self._observe(answer, feedback)
+        info = self._info(answer, feedback, location, valid=True)
         return obs, info
 
     def _advance(self, action: str, limit: int | None) -> Step:
         task = self._require_running()
+        assert self._answer is not None and self._key is not None
         # control characters can crash the Z-machine interpreter (segfault on "go\x13")
         command = collapse("".join(ch if ch.isprintable() else " " for ch in action))
         valid = normalize_command(command) in {normalize_command(a) for a in self._admissible}
@@ -303,34 +301,37 @@ class TextWorldEnv(EpisodicEnv):
         if refusal is not None:
             # quit/restart would lock the game in a yes/no prompt or desync the tracked
             # state, save/script write files: refused, the state stays as it was
-            state = {**self._state, "feedback": refusal}
+            answer = replace(self._answer, feedback=refusal)
         elif not valid and _CHAINED.search(command):
             # Inform7 would run "go east. take key" as two commands in one step; refuse it
             # so one step is always one action (the state stays as it was).
-            state = {**self._state, "feedback": CHAINED_FEEDBACK}
+            answer = replace(self._answer, feedback=CHAINED_FEEDBACK)
         else:
-            try:
-                state, _, _ = self._tw.step(command)
-            except Exception as err:
-                self._discard()
-                raise EnvError(f"step {command!r} failed on {task.task_id}: {err}") from err
+            node = None if self._node is None else self._engines.known_after(self._node, command)
+            if node is not None:
+                answer = node.answer
+            else:
+                answer = self._play(task, command)
+                if self._node is not None:
+                    node = self._engines.remember_after(self._node, command, answer)
+            self._sent, self._node = (*self._sent, command), node
         self._history.append(command)
-        self._state = state
-        won, lost = bool(state.get("won")), bool(state.get("lost"))
-        terminated = won or lost
+        self._answer = answer
+        terminated = answer.won or answer.lost
         truncated = not terminated and limit is not None and len(self._history) >= limit
         self._done = terminated or truncated
-        self._admissible = [] if terminated else sorted(state.get("admissible_commands") or [])
-        feedback = clean_feedback(state.get("feedback", ""))
-        obs, location = self._observe(state, feedback)
-        reward = self._scored(won, normalised_score(state.get("score"), state.get("max_score")))
-        info = self._info(state, feedback, location, valid=valid)
+        self._admissible = [] if terminated else list(answer.admissible)
+        feedback = clean_feedback(answer.feedback)
+        obs, location = self._observe(answer, feedback)
+        reward = self._scored(answer.won, normalised_score(answer.score, answer.max_score))
+        info = self._info(answer, feedback, location, valid=valid)
         return obs, reward, terminated, truncated, info
 
     def close(self) -> None:
         """Release the game engine (back to the shared pool when there is one)."""
         self._release()
         self._task = None
+        self._done = True
 
     # -- extras used by policies and fidelity ---------------------------------------------------
 
@@ -338,9 +339,9 @@ class TextWorldEnv(EpisodicEnv):
         """The next command of TextWorld's winning policy from the current state, if any."""
         if not self.expert:
             raise RuntimeError("this TextWorldEnv was made with expert=False (no plan)")
-        if self._state is None or self._done:
+        if self._answer is None or self._done:
             return None
-        plan = self._state.get("policy_commands") or []
+        plan = self._answer.plan
         return plan[0] if plan else None
 
     def _replay_form(self, action: str) -> str:
@@ -348,7 +349,7 @@ class TextWorldEnv(EpisodicEnv):
 
     # -- helpers ---------------------------------------------------------------------------------
 
-    def _observe(self, state: Any, feedback: str) -> tuple[str, str]:
+    def _observe(self, answer: Answer, feedback: str) -> tuple[str, str]:
         if self.state_format == "compact":
             # Moving or looking answers with "-= Room =-" and the room's description, which
             # the state already renders from the facts: keep what the feedback says before it.
@@ -356,12 +357,11 @@ class TextWorldEnv(EpisodicEnv):
             if header is not None:
                 self._location = header.group(1)
                 feedback = feedback[: header.start()]
-            facts = state.get("facts") or []
-            description, inventory = compact_description(facts), compact_inventory(facts)
+            description, inventory = answer.description, answer.inventory
             location = self._location
         else:
-            location, description = split_description(state.get("description"))
-            inventory = clean_inventory(state.get("inventory"))
+            location, description = split_description(answer.description)
+            inventory = clean_inventory(answer.inventory)
             for part in (f"-= {location} =-", description):
                 if part:
                     feedback = feedback.replace(part, " ")
@@ -369,6 +369,5 @@ class TextWorldEnv(EpisodicEnv):
         shown = rest or f"You are in the {location}."
         return render_state(location, description, inventory, shown), location
 
-    def _info(self, state: Any, feedback: str, location: str, valid: bool) -> dict[str, Any]:
-        won, lost = bool(state.get("won")), bool(state.get("lost"))
-        return self._room_info(valid, won, lost, feedback, location, self._norm_score)
+    def _info(self, answer: Answer, feedback: str, location: str, valid: bool) -> dict[str, Any]:
+        return self._room_info(valid, answer.won, answer.lost, feedback, location, self._norm_score)

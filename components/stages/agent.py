@@ -216,13 +216,14 @@ def eval_job(
     paths: Paths,
     method: str,
     seed: int,
-    mode: str,
+    modes: tuple[str, ...],
     method_dir: Path | None = None,
 ) -> list[dict[str, Any]]:
-    """Worker: one seed's policy (or the random baseline) on every test task, one mode.
+    """Worker: one seed's policy (or the random baseline) on every test task, per mode.
 
     Sampled: ``agent.eval.passes`` passes, pass p with sampling and env seed
-    ``seed + PASS_SEED_STRIDE * p`` (pass 0: the seed itself); greedy: one pass.
+    ``seed + PASS_SEED_STRIDE * p`` (pass 0: the seed itself); greedy: one pass. Every
+    pass reseeds, so a pass plays the same whichever job or order runs it.
     ``method_dir``: the policy's seed folders live there (default models/policy/<method>).
     """
     import torch
@@ -245,8 +246,9 @@ def eval_job(
         loaded = load_policy(where, cfg.agent, serving=cfg.serving, root=paths.root)
     rows: list[dict[str, Any]] = []
     # one factory for every pass: a later pass restarts the games the first one loaded
+    # and reads the answers to the command paths played before
     make = env_factory(cfg.env, paths.root)
-    for p in range(e.passes if mode == "sampled" else 1):
+    for mode, p in [(m, p) for m in modes for p in range(e.passes if m == "sampled" else 1)]:
         run_seed = seed + PASS_SEED_STRIDE * p
         if loaded is None:
             policy: Any = RandomAdmissible(run_seed)
@@ -290,7 +292,12 @@ def evaluate_policy(cfg: Config, paths: Paths, method: str) -> dict[str, Any]:
     if not held_out_tasks(load_tasks(paths)):
         raise ValueError("the task suite has no test split to evaluate on")
     modes = [SAMPLED] + ([GREEDY] if cfg.agent.eval.greedy and method != RANDOM else [])
-    jobs = [(cfg, paths, method, s, m) for m in modes for s in seeds]
+    # one job per seed plays all its modes on one set of loaded games (greedy episodes
+    # mostly retrace sampled ones); a lone seed's modes split to keep two cores busy
+    if len(seeds) > 1:
+        jobs = [(cfg, paths, method, s, tuple(modes)) for s in seeds]
+    else:
+        jobs = [(cfg, paths, method, s, (m,)) for m in modes for s in seeds]
     data = {"tasks": paths.tasks_file}
     if method != RANDOM:
         data["policy"] = policy_dir(paths, method)
@@ -298,6 +305,7 @@ def evaluate_policy(cfg: Config, paths: Paths, method: str) -> dict[str, Any]:
         f"evaluate_policy@{method}", "agent", cfg, ("agent", "env"), paths.root, data
     ) as run:
         rows = [r for part in run_jobs(eval_job, jobs, cfg.agent.workers) for r in part]
+        rows.sort(key=lambda r: (modes.index(r["mode"]), seeds.index(r["seed"])))  # stable
         summary: dict[str, Any] = {
             "env": cfg.env.name,
             "method": method,

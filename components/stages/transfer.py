@@ -139,7 +139,7 @@ def transfer(
     ) as run:
         log.info("%s: %s zero-shot on %s test tasks", key, dreamgym, dst_env)
         zero = run_jobs(
-            eval_job, [(cfg, paths, zero_name, s, SAMPLED, src_dir) for s in seeds], workers
+            eval_job, [(cfg, paths, zero_name, s, (SAMPLED,), src_dir) for s in seeds], workers
         )
         zero_rows = [r for part in zero for r in part]
         log.info("%s: S2R in %s from %s's %s", key, dst_env, src_env, dreamgym)
@@ -147,7 +147,7 @@ def transfer(
         trained = dict(zip(seeds, run_jobs(_s2r_seed, jobs, workers), strict=True))
         updated = [s for s in seeds if "no_update" not in trained[s]]
         s2r_parts = run_jobs(
-            eval_job, [(cfg, paths, s2r_name, s, SAMPLED) for s in updated], workers
+            eval_job, [(cfg, paths, s2r_name, s, (SAMPLED,)) for s in updated], workers
         )
         s2r_rows = [r for part in s2r_parts for r in part]
         in_domain = {

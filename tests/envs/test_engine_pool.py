@@ -1,8 +1,9 @@
-"""EnginePool: loaded TextWorld games kept for reuse, least recently returned closed first."""
+"""EnginePool: loaded TextWorld games kept for reuse (least recently returned closed first)
+and the answer trees of their command paths."""
 
 from __future__ import annotations
 
-from components.envs.textworld_env import EnginePool
+from components.envs.textworld_engines import Answer, EnginePool
 
 
 class FakeEngine:
@@ -60,3 +61,31 @@ def test_close_closes_every_idle_engine_and_the_pool_refills() -> None:
 def test_default_holds_a_grpo_round_for_every_train_game() -> None:
     # cpu profile: 160 train games x 4 rollouts per task must all stay loaded
     assert EnginePool().max_idle >= 160 * 4
+
+
+def answer(feedback: str) -> Answer:
+    return Answer(feedback, "", "", ("look",), False, False, 0, 1)
+
+
+def test_answers_are_kept_per_game_and_command_path() -> None:
+    pool = EnginePool()
+    assert pool.known(key("a")) is None
+    root = pool.remember(key("a"), answer("start"))
+    assert root is not None and pool.known(key("a")) is root
+    assert pool.known(key("b")) is None  # another game (or expert/format) has its own tree
+    east = pool.remember_after(root, "go east", answer("east"))
+    assert east is not None and pool.known_after(root, "go east") is east
+    assert pool.known_after(root, "go west") is None
+    assert pool.known_after(east, "go east") is None  # a path, not a command
+    assert (pool.answered, pool.n_answers) == (2, 2)
+
+
+def test_beyond_max_answers_nothing_new_is_kept_and_the_known_stay() -> None:
+    pool = EnginePool(max_answers=1)
+    root = pool.remember(key("a"), answer("start"))
+    assert root is not None
+    assert pool.remember_after(root, "look", answer("looked")) is None
+    assert pool.remember(key("b"), answer("other")) is None
+    assert pool.known(key("a")) is root and pool.known(key("b")) is None
+    pool.close()  # closing the engines keeps the answers: they stay true
+    assert pool.known(key("a")) is root

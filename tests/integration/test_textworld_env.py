@@ -147,13 +147,67 @@ def test_envs_of_one_factory_share_loaded_games_and_play_them_identically(tw_sui
     played = [first.reset(task)[0]] + [first.step(a)[0] for a in task.walkthrough[:2]]
     first.reset(other)  # switching games gives the first engine back to the pool
     assert pool.misses == 2 and pool.hits == 0
+    # the same commands again: answered from the tree, no engine is taken
     replayed = [second.reset(task)[0]] + [second.step(a)[0] for a in task.walkthrough[:2]]
-    assert pool.hits == 1 and replayed == played  # a reused engine restarts the game
+    assert replayed == played and pool.hits == 0 and pool.answered == len(played)
+    second.reset(task)
+    second.step("look")  # a new path: the idle engine of the game restarts and runs it
+    assert pool.hits == 1
     first.close()
     second.close()
     lone = make_env(EnvConfig(name="textworld", max_steps=50), root=tw_suite.root)
-    assert lone._engines is None and lone.reset(task)[0] == played[0]
+    assert lone._engines is not pool and lone.reset(task)[0] == played[0]
     lone.close()
+
+
+def _random_episodes(envs: list, tasks: list[Task], seed: int, n: int) -> list:
+    """``n`` episodes of random commands (admissible, invalid, refused, chained) on envs
+    and tasks picked at random; every observation, reward, flag and info, in order."""
+    import random
+
+    rng = random.Random(seed)
+    extra = ["look", "xyzzy", "quit", "go east. take key", "inventory"]
+    out: list = []
+    for _ in range(n):
+        env, task = rng.choice(envs), rng.choice(tasks)
+        out.append(env.reset(task))
+        done = False
+        while not done:
+            pick = rng.random()
+            if env.expert and pick < 0.4:
+                action = env.expert_action() or "look"
+            elif pick < 0.55:
+                action = rng.choice(extra)
+            else:
+                action = rng.choice(env.admissible_actions[:3])
+            step = env.step(action)
+            out.append(step)
+            done = step[2] or step[3]
+    return out
+
+
+@pytest.mark.parametrize("expert", [False, True])
+def test_answers_read_from_the_tree_equal_the_engines_answers(tw_suite: Suite, expert: bool):
+    from components.envs.textworld_engines import EnginePool
+
+    def envs(pool: EnginePool) -> list[TextWorldEnv]:
+        return [
+            TextWorldEnv(max_steps=8, root=tw_suite.root, expert=expert, engines=pool)
+            for _ in range(2)
+        ]
+
+    tasks = tw_suite.tasks[:3]
+    engines_only = EnginePool(max_answers=0)  # keeps nothing: every answer is played
+    played = _random_episodes(envs(engines_only), tasks, 0, 30)
+    assert engines_only.answered == 0 and engines_only.played > 0
+    tree = EnginePool()
+    assert _random_episodes(envs(tree), tasks, 0, 30) == played
+    assert tree.played <= engines_only.played  # paths repeated within the round were read
+    first_round = tree.played
+    assert _random_episodes(envs(tree), tasks, 0, 30) == played
+    assert tree.played == first_round  # every reset and step of the second round was read
+    # the valid actions were shared per set of facts, and states recurred
+    assert any(tree._valid.values())
 
 
 def test_reset_gives_a_compact_abstract_state(env: TextWorldEnv, tw_suite: Suite):
