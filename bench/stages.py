@@ -64,6 +64,8 @@ def dvc_name(stage: str, variant: str | None = None) -> str:
     stage = _LEGACY.get(stage, stage)
     if stage == "train_experience_model":  # the full variant was logged without its item
         return f"{stage}@{variant or 'full'}"
+    if stage in ("evaluate_random", "evaluate_policy@random"):  # its own dvc.yaml stage
+        return "evaluate_random"
     if stage.startswith("evaluate_") and stage != "evaluate_fidelity" and "@" not in stage:
         return "evaluate_policy@" + stage.removeprefix("evaluate_")
     return stage

@@ -14,6 +14,8 @@ def test_old_and_current_mlflow_names_map_to_dvc_stages():
     assert dvc_name("build_table1") == "table1"
     assert dvc_name("evaluate_dpo") == dvc_name("evaluate_policy@dpo") == "evaluate_policy@dpo"
     assert dvc_name("evaluate_fidelity") == "evaluate_fidelity"
+    # the random baseline logs as evaluate_policy@random but is its own stage
+    assert dvc_name("evaluate_policy@random") == dvc_name("evaluate_random") == "evaluate_random"
     assert dvc_name("train_experience_model", "full") == "train_experience_model@full"
     assert dvc_name("train_experience_model@no_history", "no_history") == (
         "train_experience_model@no_history"
