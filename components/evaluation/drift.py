@@ -30,8 +30,10 @@ import re
 import warnings
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
@@ -126,63 +128,83 @@ def _subsample(rows: Sequence[Transition], n: int, seed: int) -> list[Transition
     return ordered if len(ordered) <= n else random.Random(seed).sample(ordered, n)
 
 
-def embedding_features(
-    real_vecs: np.ndarray, cur_vecs: np.ndarray, n_components: int
-) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
-    """Distance to the real centroid and projections on the real principal components."""
-    centroid = real_vecs.mean(axis=0)
-    norm = float(np.linalg.norm(centroid)) or 1.0
-    unit = centroid / norm
-    ref: dict[str, np.ndarray] = {EMB_DIST: 1.0 - real_vecs @ unit}
-    cur: dict[str, np.ndarray] = {EMB_DIST: 1.0 - cur_vecs @ unit}
-    k = min(n_components, real_vecs.shape[0] - 1, real_vecs.shape[1])
-    if k > 0:
-        # principal axes of the real embeddings (SVD of the centred matrix)
-        _, _, vt = np.linalg.svd(real_vecs - centroid, full_matrices=False)
-        for i in range(k):
-            ref[f"emb_pc{i + 1}"] = (real_vecs - centroid) @ vt[i]
-            cur[f"emb_pc{i + 1}"] = (cur_vecs - centroid) @ vt[i]
-    return ref, cur
+@dataclass(frozen=True)
+class EmbeddingBasis:
+    """The real embeddings' centroid and principal axes: computed once per drift run."""
+
+    centroid: np.ndarray
+    unit: np.ndarray  # the centroid's direction
+    axes: np.ndarray  # (k, dim): the first k right singular vectors
+
+    @classmethod
+    def of(cls, real_vecs: np.ndarray, n_components: int) -> EmbeddingBasis:
+        """The basis of ``real_vecs`` (SVD of the centred matrix)."""
+        centroid = real_vecs.mean(axis=0)
+        norm = float(np.linalg.norm(centroid)) or 1.0
+        k = min(n_components, real_vecs.shape[0] - 1, real_vecs.shape[1])
+        axes = np.zeros((0, real_vecs.shape[1]), dtype=real_vecs.dtype)
+        if k > 0:
+            axes = np.linalg.svd(real_vecs - centroid, full_matrices=False)[2][:k]
+        return cls(centroid, centroid / norm, axes)
+
+    def features(self, vecs: np.ndarray) -> dict[str, np.ndarray]:
+        """Distance to the real centroid and the projections on the real axes."""
+        out = {EMB_DIST: (1.0 - vecs @ self.unit).astype(float)}
+        for i, axis in enumerate(self.axes):
+            out[f"emb_pc{i + 1}"] = ((vecs - self.centroid) @ axis).astype(float)
+        return out
+
+
+class Reference(NamedTuple):
+    """The real side of every report: its feature frame, embedding basis, vocabulary."""
+
+    frame: Any
+    basis: EmbeddingBasis | None
+    vocabulary: frozenset[str]
+
+
+@cache
+def _embedder(name: str) -> Embedder | None:
+    # one per process: a worker builds it once for all the reports it runs
+    return make_drift_embedder(DriftConfig(embedder=name))
+
+
+def _frame(rows: Sequence[Transition], vocabulary: frozenset[str]) -> Any:
+    """The text features of ``rows`` (no embedding columns)."""
+    import pandas as pd
+
+    return pd.DataFrame([text_features(t, vocabulary) for t in rows])
 
 
 def reference_features(
-    real: Sequence[Transition],
-    cfg: DriftConfig,
-    embedder: Embedder | None = None,
-    vocabulary: frozenset[str] | None = None,
-) -> tuple[Any, np.ndarray | None, frozenset[str]]:
-    """(frame, embeddings, vocabulary) of the real side: computed once per run."""
-    import pandas as pd
-
+    real: Sequence[Transition], cfg: DriftConfig, vocabulary: frozenset[str] | None = None
+) -> Reference:
+    """The real side's features (a seeded subsample), computed once per drift run."""
     vocab = vocabulary if vocabulary is not None else real_vocabulary(real, cfg.min_vocab_episodes)
     rows = _subsample(real, cfg.max_rows, cfg.seed)
-    frame = pd.DataFrame([text_features(t, vocab) for t in rows])
-    vecs = embedder.embed([t.next_state for t in rows]) if embedder is not None and rows else None
-    return frame, vecs, vocab
+    frame = _frame(rows, vocab)
+    embedder = _embedder(cfg.embedder)
+    if embedder is None or not rows:
+        return Reference(frame, None, vocab)
+    vecs = embedder.embed([t.next_state for t in rows])
+    basis = EmbeddingBasis.of(vecs, cfg.embedding_components)
+    for name, values in basis.features(vecs).items():
+        frame[name] = values
+    return Reference(frame, basis, vocab)
 
 
-def feature_frames(
-    real: Sequence[Transition],
-    synthetic: Sequence[Transition],
-    cfg: DriftConfig,
-    embedder: Embedder | None = None,
-    vocabulary: frozenset[str] | None = None,
-    reference: tuple[Any, np.ndarray | None, frozenset[str]] | None = None,
-) -> tuple[Any, Any]:
-    """(reference, current) pandas frames of the drift features (seeded subsamples)."""
-    import pandas as pd
-
-    ref, ref_vecs, vocab = reference or reference_features(real, cfg, embedder, vocabulary)
-    ref = ref.copy()
-    cur_rows = _subsample(synthetic, cfg.max_rows, cfg.seed)
-    cur = pd.DataFrame([text_features(t, vocab) for t in cur_rows])
-    if embedder is not None and ref_vecs is not None and cur_rows:
-        cur_vecs = embedder.embed([t.next_state for t in cur_rows])
-        ref_emb, cur_emb = embedding_features(ref_vecs, cur_vecs, cfg.embedding_components)
-        for name in ref_emb:
-            ref[name] = ref_emb[name].astype(float)
-            cur[name] = cur_emb[name].astype(float)
-    return ref, cur
+def current_features(
+    synthetic: Sequence[Transition], cfg: DriftConfig, reference: Reference
+) -> Any:
+    """The synthetic side's features (a seeded subsample), in the reference's columns."""
+    rows = _subsample(synthetic, cfg.max_rows, cfg.seed)
+    frame = _frame(rows, reference.vocabulary)
+    embedder = _embedder(cfg.embedder)
+    if embedder is not None and reference.basis is not None and rows:
+        vecs = embedder.embed([t.next_state for t in rows])
+        for name, values in reference.basis.features(vecs).items():
+            frame[name] = values
+    return frame
 
 
 def side_stats(frame: Any) -> dict[str, Any]:
@@ -235,9 +257,7 @@ def run_drift(
     cfg: DriftConfig,
     html_path: Path | None = None,
     *,
-    embedder: Embedder | None = None,
-    vocabulary: frozenset[str] | None = None,
-    reference: tuple[Any, np.ndarray | None, frozenset[str]] | None = None,
+    reference: Reference | None = None,
     html_only_if_drifted: bool = False,
 ) -> dict[str, Any]:
     """Evidently drift report of synthetic vs real transitions: summary dict (+ HTML file).
@@ -245,8 +265,21 @@ def run_drift(
     ``reference``: ``reference_features`` of ``real``, reused across calls.
     ``html_only_if_drifted``: write the HTML only when the drift flag is raised.
     """
-    ref, cur = feature_frames(real, synthetic, cfg, embedder, vocabulary, reference)
-    return evidently_drift(ref, cur, cfg, html_path, html_only_if_drifted)
+    reference = reference or reference_features(real, cfg)
+    cur = current_features(synthetic, cfg, reference)
+    return evidently_drift(reference.frame, cur, cfg, html_path, html_only_if_drifted)
+
+
+def _iteration_report(
+    synthetic: Sequence[Transition],
+    reference: Reference,
+    cfg: DriftConfig,
+    html_path: Path,
+    html_only_if_drifted: bool,
+) -> dict[str, Any]:
+    # a worker job: the features (embeddings are most of a report's time) and the report
+    cur = current_features(synthetic, cfg, reference)
+    return evidently_drift(reference.frame, cur, cfg, html_path, html_only_if_drifted)
 
 
 def evidently_drift(
@@ -324,12 +357,10 @@ def drift_by_iteration(
     cfg: DriftConfig,
     out_dir: Path,
     *,
-    embedder: Embedder | None = None,
     run_jobs: Callable[[Callable[..., Any], list[tuple[Any, ...]]], list[Any]] | None = None,
 ) -> dict[str, Any]:
     """One report per iteration; summaries + overall flag (``drift_by_run`` of one run)."""
-    runs = drift_by_run(real, {"": synthetic}, cfg, out_dir, embedder=embedder, run_jobs=run_jobs)
-    return runs[""]
+    return drift_by_run(real, {"": synthetic}, cfg, out_dir, run_jobs=run_jobs)[""]
 
 
 def drift_by_run(
@@ -338,18 +369,18 @@ def drift_by_run(
     cfg: DriftConfig,
     out_dir: Path,
     *,
-    embedder: Embedder | None = None,
     run_jobs: Callable[[Callable[..., Any], list[tuple[Any, ...]]], list[Any]] | None = None,
 ) -> dict[str, dict[str, Any]]:
     """Per synthetic run: one report per iteration, summaries + overall flag.
 
     The HTML (``out_dir/<run>/drift_iter<k>.html``) is kept for the first, the last and
-    every flagged iteration; the others say why they have none (``report_note``). Features
-    are built here (the embedder stays in this process), the real side once for all runs;
-    ``run_jobs(fn, jobs)`` runs every run's Evidently reports in one call (one worker pool),
-    most of the time (default: one after the other, here).
+    every flagged iteration; the others say why they have none (``report_note``). The real
+    side's features and embedding basis are built once, here; each iteration's features
+    and report are one job of ``run_jobs(fn, jobs)``, which runs every run's jobs in one
+    call (one worker pool: embedding the synthetic states is most of the work); default:
+    one after the other, here.
     """
-    reference = reference_features(real, cfg, embedder)
+    reference = reference_features(real, cfg)
     keys: list[tuple[str, int]] = []
     jobs: list[tuple[Any, ...]] = []
     for name, synthetic in runs.items():
@@ -357,18 +388,12 @@ def drift_by_run(
         ends = {min(groups, default=0), max(groups, default=0)}
         for it, rows in groups.items():
             keys.append((name, it))
-            jobs.append(
-                (
-                    *feature_frames(real, rows, cfg, embedder, reference=reference),
-                    cfg,
-                    out_dir / name / f"drift_iter{it}.html",
-                    it not in ends,
-                )
-            )
+            html = out_dir / name / f"drift_iter{it}.html"
+            jobs.append((rows, reference, cfg, html, it not in ends))
     if run_jobs is None:
-        results = [evidently_drift(*job) for job in jobs]
+        results = [_iteration_report(*job) for job in jobs]
     else:
-        results = run_jobs(evidently_drift, jobs)
+        results = run_jobs(_iteration_report, jobs)
     iterations: dict[str, dict[str, Any]] = {name: {} for name in runs}
     for (name, it), result in zip(keys, results, strict=True):
         if result.get("drift_share") is not None and "html" not in result:

@@ -196,7 +196,6 @@ def drift(cfg: Config, paths: Paths) -> dict[str, Any]:
         drift_by_run,
         drift_metrics,
         index_html,
-        make_drift_embedder,
     )
     from components.tracking import stage_run
 
@@ -221,7 +220,6 @@ def drift(cfg: Config, paths: Paths) -> dict[str, Any]:
             runs,
             cfg.drift,
             out_dir,
-            embedder=make_drift_embedder(cfg.drift),
             run_jobs=partial(_drift_jobs, workers=cfg.drift.workers),
         )
         for name, result in results.items():

@@ -92,9 +92,7 @@ def result(tmp_path_factory):
     real = real_transitions()
     synthetic = [*as_synthetic(real, 1), *shifted(real, 2), *as_synthetic(real[:3], 3)]
     out_dir = tmp_path_factory.mktemp("drift")
-    return out_dir, drift_by_iteration(
-        real, synthetic, CFG, out_dir, embedder=make_drift_embedder(CFG)
-    )
+    return out_dir, drift_by_iteration(real, synthetic, CFG, out_dir)
 
 
 def test_identical_synthetic_experience_does_not_drift(result):
@@ -187,7 +185,7 @@ def test_only_first_last_and_flagged_iterations_keep_an_html_report(tmp_path: Pa
         *shifted(real, 3),
         *as_synthetic(real, 4),
     ]
-    res = drift_by_iteration(real, synthetic, CFG, tmp_path, embedder=make_drift_embedder(CFG))
+    res = drift_by_iteration(real, synthetic, CFG, tmp_path)
     kept = sorted(p.name for p in tmp_path.glob("*.html"))
     assert kept == ["drift_iter1.html", "drift_iter3.html", "drift_iter4.html"]
     its = res["iterations"]
@@ -210,7 +208,6 @@ def test_reports_in_worker_processes_equal_those_in_process(result, tmp_path: Pa
         synthetic,
         CFG,
         tmp_path,
-        embedder=make_drift_embedder(CFG),
         run_jobs=partial(run_jobs, workers=2),
     )
 
@@ -236,11 +233,10 @@ def test_runs_reported_together_equal_runs_reported_one_by_one(tmp_path: Path):
         calls.append(len(jobs))
         return [fn(*job) for job in jobs]
 
-    emb = make_drift_embedder(CFG)
-    together = drift_by_run(real, runs, CFG, tmp_path / "together", embedder=emb, run_jobs=one_pool)
+    together = drift_by_run(real, runs, CFG, tmp_path / "together", run_jobs=one_pool)
     assert calls == [5]
     for name, synthetic in runs.items():
-        alone = drift_by_iteration(real, synthetic, CFG, tmp_path / "alone" / name, embedder=emb)
+        alone = drift_by_iteration(real, synthetic, CFG, tmp_path / "alone" / name)
         for it, r in alone["iterations"].items():
             t = together[name]["iterations"][it]
             assert {k: v for k, v in t.items() if k != "html"} == {
@@ -249,3 +245,22 @@ def test_runs_reported_together_equal_runs_reported_one_by_one(tmp_path: Path):
             assert (t["html"] is None) == (r["html"] is None)
         assert together[name]["drifted"] == alone["drifted"]
     assert (tmp_path / "together" / "b" / "drift_iter3.html").is_file()
+
+
+def test_the_real_side_is_embedded_and_decomposed_once_per_run(tmp_path: Path, monkeypatch):
+    import components.evaluation.drift as drift
+
+    real = real_transitions()
+    runs = {"a": [*as_synthetic(real, 1), *shifted(real, 2)], "b": as_synthetic(real, 1)}
+    svd = np.linalg.svd
+    calls: list[tuple[int, ...]] = []
+
+    def counted(a, *args, **kwargs):
+        calls.append(a.shape)
+        return svd(a, *args, **kwargs)
+
+    monkeypatch.setattr(drift.np.linalg, "svd", counted)
+    res = drift_by_run(real, runs, CFG, tmp_path)
+    assert len(calls) == 1  # three reports, one basis
+    features = res["a"]["iterations"]["2"]["features"]
+    assert {"emb_dist", "emb_pc1", "emb_pc2"} <= set(features)
