@@ -278,9 +278,10 @@ class RLConfig(_Section):
         "(None: passes until the cap is spent)",
     )
     s2r_dream_iterations: int | None = Field(
-        None,
+        144,
         ge=1,
-        description="reground: rounds of RL in the re-grounded dream (None: DreamGym's own)",
+        description="reground: rounds of RL in the re-grounded dream (None: DreamGym's own; "
+        "dreamt rounds are cheap: 144, twice DreamGym's cpu rounds, by default)",
     )
     s2r_tasks_per_iteration: int | None = Field(
         8, ge=1, description="sim-to-real rounds' task batch (None: the algorithm's own)"
