@@ -277,6 +277,12 @@ class RLConfig(_Section):
         description="reground: passes of one probe episode per train task, within the cap "
         "(None: passes until the cap is spent)",
     )
+    s2r_explore: bool = Field(
+        False,
+        description="reground: after the probes, the rest of the cap walks each train game's "
+        "real map to the exits no recorded episode took (components/stages/exploration.py), "
+        "and the re-grounded model is fit on those walks too",
+    )
     s2r_dream_iterations: int | None = Field(
         144,
         ge=1,

@@ -28,7 +28,7 @@ log = logging.getLogger("dreamgym")
 
 PROBE_POLICY = "s2r-probe"  # the probes' Trajectory.policy
 REGROUNDED_DIR = "experience"  # the refit grounded model (in the run's checkpoint dir)
-__all__ = ["probe_rollouts", "regrounded_model"]
+__all__ = ["offline_train", "probe_rollouts", "regrounded_model"]
 
 
 def probe_rollouts(
@@ -105,6 +105,15 @@ def probe_rollouts(
     return probes, env.real_steps
 
 
+def offline_train(paths: Paths) -> list[Trajectory]:
+    """The offline real trajectories of the train split (what the grounded model was fit on)."""
+    return [
+        t
+        for t in read_jsonl(paths.trajectories_file, Trajectory)
+        if t.split == "train" and t.source == "real"
+    ]
+
+
 def regrounded_model(
     cfg: Config, paths: Paths, probes: Sequence[Trajectory], out_dir: Path
 ) -> Path | None:
@@ -120,11 +129,7 @@ def regrounded_model(
     base = experience_model_dir(paths, "full")
     if not is_grounded_dir(base):
         return None
-    offline = [
-        t
-        for t in read_jsonl(paths.trajectories_file, Trajectory)
-        if t.split == "train" and t.source == "real"
-    ]
+    offline = offline_train(paths)
     model = GroundedModel(grounded_settings(cfg, "full"))
     stats = model.fit([*offline, *probes])
     dst = out_dir / REGROUNDED_DIR

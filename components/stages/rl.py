@@ -221,10 +221,17 @@ def rl_seed(
         probes: list[Trajectory] = []
         exp_dir = None
         if kind == S2R:  # re-grounding: the real budget buys the dream real experience
-            from components.stages.regrounding import probe_rollouts, regrounded_model
+            from components.stages.regrounding import (
+                offline_train,
+                probe_rollouts,
+                regrounded_model,
+            )
 
             cap, reference = s2r_cap(cfg, paths, algo, seed)
             fingerprint["real_step_cap"] = cap
+            if cfg.rl.s2r_explore:
+                fingerprint["explore"] = True
+            extra_walks: dict[str, int] = {}
             probes, used = probe_rollouts(
                 policy,
                 env_factory(cfg.env, paths.root),
@@ -236,6 +243,20 @@ def rl_seed(
                 out_dir=out_dir,
                 passes=cfg.rl.s2r_probe_passes,
             )
+            if cfg.rl.s2r_explore:  # the rest of the cap: walks to the map's blank exits
+                from components.stages.exploration import explore_rollouts, known_maps
+
+                walks, walked = explore_rollouts(
+                    known_maps([*offline_train(paths), *probes]),
+                    env_factory(cfg.env, paths.root),
+                    tasks,
+                    cap=cap - used,
+                    max_steps=cfg.env.max_steps,
+                    seed=seed,
+                    out_dir=out_dir,
+                )
+                extra_walks = {"explore_real_steps": walked, "explore_walks": len(walks)}
+                probes, used = [*probes, *walks], used + walked
             exp_dir = regrounded_model(cfg, paths, probes, out_dir)
             # the dream phase is a DreamGym run: its own round settings, s2r_dream_iterations
             algo_cfg = algo_config(cfg, algo, DREAMGYM, seed)
@@ -247,6 +268,7 @@ def rl_seed(
                 "probe_real_steps": used,
                 "probe_episodes": len(probes),
                 "probe_success": sum(t.success for t in probes) / max(1, len(probes)),
+                **extra_walks,
             }
         resumed_at, _ = _resume_point(out_dir, algo_cfg, fingerprint)
         run = DreamGymRun(

@@ -375,6 +375,34 @@ def test_probes_are_real_capped_and_reused_on_resume(magic_policy, tmp_path: Pat
 
 
 @pytest.mark.integration
+def test_walks_explore_real_exits_no_recorded_episode_took(project, tmp_path: Path) -> None:
+    from components.envs import env_factory
+    from components.stages.exploration import EXPLORE_POLICY, explore_rollouts, known_maps
+    from components.stages.regrounding import offline_train
+    from components.stages.rl import _train_tasks
+
+    cfg, paths = project
+    tasks = _train_tasks(paths)
+    unknown = {t: len(m.frontier()) for t, m in known_maps(offline_train(paths)).items()}
+    assert sum(unknown.values()) > 0  # expert demos leave exits unwalked
+    maps = known_maps(offline_train(paths))
+    kw = {"cap": 12, "max_steps": cfg.env.max_steps, "seed": 0, "out_dir": tmp_path}
+    walks, steps = explore_rollouts(maps, env_factory(cfg.env, paths.root), tasks, **kw)
+    assert 0 < steps <= 12 and sum(len(w.steps) for w in walks) == steps  # every step kept
+    assert all(w.source == "real" and w.policy == EXPLORE_POLICY for w in walks)
+    assert {s.action.split()[0] for w in walks for s in w.steps} == {"go"}
+    # a walk the step limit ends is truncated: the grounded model must not learn a loss
+    assert all(w.truncated or not w.steps[-1].done for w in walks)
+    after = {t: len(m.frontier()) for t, m in known_maps([*offline_train(paths), *walks]).items()}
+    assert sum(after.values()) < sum(unknown.values())  # the walks filled in the map
+
+    def no_env() -> Any:
+        raise AssertionError("a resumed exploration stepped a real env")
+
+    assert explore_rollouts(maps, no_env, tasks, **kw) == (walks, steps)  # reused
+
+
+@pytest.mark.integration
 def test_dreamgym_ppo_ablations_keep_the_buffer_and_the_tasks_real(project) -> None:
     from components.artifacts import coevolved_dir
     from components.buffer import ReplayBuffer
