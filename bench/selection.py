@@ -208,8 +208,10 @@ def main(argv: Sequence[str] | None = None) -> None:
             f"over {res['games']} games"
         )
         return
+    from components.cli import offline_and_quiet
     from components.config import load_config
 
+    offline_and_quiet()  # as the stages run: offline, no library log noise
     cfg = load_config(root / "params.yaml")
     if cfg.env.name != "textworld":
         raise SystemExit(f"the selection suite generates TextWorld games; env is {cfg.env.name}")

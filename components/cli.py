@@ -153,15 +153,20 @@ def _quiet_libraries(level: str) -> None:
             handler.addFilter(keep)
 
 
-def _setup(params: Path, profile: str | None, root: Path) -> tuple[Config, Paths]:
+def offline_and_quiet() -> None:
+    """The stages' process setup: offline, no telemetry, INFO logs without library noise."""
     for key, value in _QUIET_ENV.items():
-        os.environ.setdefault(key, value)
+        os.environ.setdefault(key, value)  # before any worker is spawned: they inherit it
     logging.basicConfig(
         level=logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         datefmt="%H:%M:%S",
     )
     _quiet_libraries(os.environ.get("DREAMGYM_LIB_LOG_LEVEL", "WARNING"))
+
+
+def _setup(params: Path, profile: str | None, root: Path) -> tuple[Config, Paths]:
+    offline_and_quiet()
     with _errors():
         cfg = load_config(params, profile)
     return cfg, Paths(root.resolve())
