@@ -11,6 +11,7 @@ made with it. Run it from a project root after ``make run`` (the TextWorld cpu p
     python -m bench.selection evaluate grpo_real            # the run's real GRPO policies
     python -m bench.selection retrain s2r_x --set rl.s2r_explore=true
     python -m bench.selection compare s2r_x s2r_grpo
+    python -m bench.selection show                          # every evaluation, best first
 
 Everything lands under ``data/selection/`` (tasks, ``results/<name>.jsonl``, one row per
 episode; ``results.jsonl``, one summary per evaluation); a retrained variant's policies
@@ -162,6 +163,22 @@ def per_game(path: Path) -> dict[str, list[float]]:
     return dict(out)
 
 
+def table(summaries: Path) -> str:
+    """A markdown table of the latest evaluation per name, best first."""
+    if not summaries.exists():
+        raise SystemExit(f"no evaluations at {summaries}: run `python -m bench.selection evaluate`")
+    latest = {}
+    for line in summaries.read_text().splitlines():
+        row = json.loads(line)
+        latest[row["name"]] = row
+    lines = ["| name | policies | success % | per seed | episodes |", "|---|---|---|---|---|"]
+    for row in sorted(latest.values(), key=lambda r: -r["success"]):
+        seeds = " / ".join(f"{100 * v:.1f}" for v in row["per_seed"].values())
+        cells = [row["name"], row.get("method", ""), f"{100 * row['success']:.1f}", seeds]
+        lines.append("| " + " | ".join([*cells, str(row.get("episodes", ""))]) + " |")
+    return "\n".join(lines)
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     """The command line (see the module docstring)."""
     parser = argparse.ArgumentParser(
@@ -196,9 +213,13 @@ def main(argv: Sequence[str] | None = None) -> None:
     cmp = sub.add_parser("compare", help="paired difference of two results over shared games")
     cmp.add_argument("a")
     cmp.add_argument("b")
+    sub.add_parser("show", help="every evaluation so far, best first (the latest per name)")
     args = parser.parse_args(argv)
 
     root = Path.cwd()
+    if args.command == "show":
+        print(table(args.suite / "results.jsonl"))
+        return
     if args.command == "compare":
         results = args.suite / "results"
         res = paired(per_game(results / f"{args.a}.jsonl"), per_game(results / f"{args.b}.jsonl"))

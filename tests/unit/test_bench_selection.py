@@ -56,3 +56,18 @@ def test_the_suite_never_reuses_the_projects_generator_seed(cfg, tmp_path: Path)
 
     with pytest.raises(SystemExit, match="project's own generator seed"):
         generate(cfg, Path.cwd(), tmp_path, cfg.seed, {"quest": 1})
+
+
+def test_show_lists_the_latest_evaluation_per_name_best_first(tmp_path: Path, capsys) -> None:
+    import json
+
+    rows = [
+        {"name": "a", "method": "a", "success": 0.5, "per_seed": {"0": 0.5}, "episodes": 9},
+        {"name": "b", "method": "b", "success": 0.7, "per_seed": {"0": 0.7}, "episodes": 9},
+        {"name": "a", "method": "a", "success": 0.9, "per_seed": {"0": 0.9}, "episodes": 9},
+    ]
+    (tmp_path / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    main(["--suite", str(tmp_path), "show"])
+    body = capsys.readouterr().out.splitlines()[2:]
+    assert [line.split(" | ")[0] for line in body] == ["| a", "| b"]  # a's rerun: 90.0
+    assert "90.0" in body[0]
