@@ -23,6 +23,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
@@ -56,10 +57,6 @@ def command_scalars(mem: EpisodeMemory, command: str, text: str | None = None) -
     element's line, ``describe_commands``); the command itself by default.
     """
     verb = verb_of(command)
-    p, sw = mem.pointer, mem.step_words
-    ahead = sw[p] if p < len(sw) else set()
-    after = sw[p + 1] if p + 1 < len(sw) else set()
-    goal = set().union(*sw) if sw else set()
     text = command if text is None else text
     objects = command_content(text)
     tried_here = mem.tried.get((mem.location, command), 0)
@@ -74,10 +71,33 @@ def command_scalars(mem: EpisodeMemory, command: str, text: str | None = None) -
             float(OPPOSITE.get(mem.last_direction) == direction and mem.last_action[:3] == "go "),
             float(dest is None and tried_here == 0),
         ]
-    ov = [overlap(text, s) for s in sw]  # once per sentence: this runs every decision
-    next_overlap, next_verb = overlap(text, ahead), verb_in(command, ahead)
     return [
         *_VERB_ONE_HOT[verb],
+        *_instruction_scalars(tuple(mem.step_words), mem.pointer, command, text),
+        len(objects & content_words(mem.inventory)) / len(objects) if objects else 0.0,
+        min(tried_here, 3) / 3,
+        min(mem.used.get(command, 0), 3) / 3,
+        float(tried_here == 0),
+        float(command == mem.last_action),
+        *go,
+    ]
+
+
+@lru_cache(maxsize=65536)
+def _instruction_scalars(
+    sw: tuple[frozenset[str], ...], p: int, command: str, text: str
+) -> tuple[float, ...]:
+    """The features of a command that only the instruction and its pointer decide.
+
+    Cached: an episode asks them for the same commands at the same pointer step after step.
+    """
+    ahead = sw[p] if p < len(sw) else frozenset()
+    after = sw[p + 1] if p + 1 < len(sw) else frozenset()
+    goal = frozenset().union(*sw)
+    objects = command_content(text)
+    ov = [overlap(text, s) for s in sw]
+    next_overlap, next_verb = overlap(text, ahead), verb_in(command, ahead)
+    return (
         next_overlap,
         overlap(text, after),
         max(ov[p:], default=0.0),
@@ -89,13 +109,7 @@ def command_scalars(mem: EpisodeMemory, command: str, text: str | None = None) -
         ),
         next_overlap * next_verb,
         len(objects & goal) / len(objects) if objects else 0.0,
-        len(objects & content_words(mem.inventory)) / len(objects) if objects else 0.0,
-        min(tried_here, 3) / 3,
-        min(mem.used.get(command, 0), 3) / 3,
-        float(tried_here == 0),
-        float(command == mem.last_action),
-        *go,
-    ]
+    )
 
 
 def context_scalars(mem: EpisodeMemory, max_steps: int) -> list[float]:

@@ -23,6 +23,7 @@ from components.buffer import (
     minilm_embedder,
 )
 from components.buffer.embedders import Embedder
+from components.buffer.schema import VECTOR_COLUMN, vectors
 from components.buffer.store import TABLE_NAME, table_schema
 from components.config import BufferConfig, load_config
 from components.schema import Transition, write_jsonl
@@ -61,6 +62,36 @@ def test_add_twice_changes_nothing(open_buffer: OpenBuffer) -> None:
     # merge on id: the stored row wins, a re-add with another payload overwrites nothing
     buf.add([rows[0].model_copy(update={"action": "dance"})])
     assert buf.get([rows[0].id])[0] == rows[0]
+
+
+def test_a_text_is_embedded_once_per_handle(tmp_path: Path, wordllama: Embedder) -> None:
+    """Another episode through the same (task, state, action) reuses the stored vector."""
+
+    class Counting:
+        def __init__(self) -> None:
+            self.texts: list[str] = []
+
+        def __getattr__(self, name: str) -> object:
+            return getattr(wordllama, name)
+
+        def embed(self, texts: list[str]) -> np.ndarray:
+            self.texts += texts
+            return wordllama.embed(texts)
+
+    counting = Counting()
+    cfg = BufferConfig(embedder="wordllama")
+    buf = ReplayBuffer.open(tmp_path / "buffer", cfg, embedder=counting)  # type: ignore[arg-type]
+    buf.add(episode(0, "a"))
+    embedded = len(counting.texts)
+    assert embedded == 5
+    buf.add(episode(0, "b"))  # new ids, the same texts: stored, nothing embedded again
+    assert len(buf) == 10 and len(counting.texts) == embedded
+    same = buf.retrieve(episode(0, "c")[0], k=2)  # a query of a known text neither
+    assert len(counting.texts) == embedded and same
+    table = buf._scan(["id", VECTOR_COLUMN])
+    stored = dict(zip(table["id"].to_pylist(), vectors(table[VECTOR_COLUMN], buf.dim), strict=True))
+    a, b = episode(0, "a")[1].id, episode(0, "b")[1].id
+    np.testing.assert_array_equal(stored[a], stored[b])
 
 
 def test_stored_transitions_round_trip(open_buffer: OpenBuffer) -> None:
