@@ -4,7 +4,7 @@ RL rollouts (components/agent/rollout.py) drive every env through ``VectorEnv``:
 of real games (``EnvList``, which counts every real step it takes) and the synthetic
 envs of components/experience alike. A single ``Env`` (components/envs/base.py) is not a
 ``VectorEnv``: it has no ``active``/``done``/``real_steps``, so ``isinstance`` tells the two
-apart.
+apart. ``CappedEnvList`` is an ``EnvList`` with a hard real-step budget (sim-to-real).
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from components.schema import Task
 
 ENV_ERROR = "env_error"  # info key: the env process failed, the episode ended as a failure
 StepTuple = tuple[str, float, bool, bool, dict[str, Any]]
+BUDGET_CUT = "real-step budget spent"  # ENV_ERROR of episodes cut by CappedEnvList
 
 
 @runtime_checkable
@@ -153,3 +154,33 @@ class EnvList:
         """Close every env."""
         for env in self.envs:
             env.close()
+
+
+class CappedEnvList(EnvList):
+    """An ``EnvList`` that takes at most ``budget`` real steps, then cuts the episodes.
+
+    A slot whose step would exceed the budget is not stepped: it ends with
+    ``info[ENV_ERROR] = BUDGET_CUT`` (so the learners skip the unfinished episode).
+    """
+
+    def __init__(self, factory: Callable[[], Any], budget: int) -> None:
+        super().__init__(factory=factory)
+        self.budget = budget
+
+    def step(self, actions: Sequence[str | None]) -> list[StepTuple | None]:
+        """Step live slots while budget remains; the rest are cut, unstepped."""
+        allowed, cut = list(actions), []
+        left = self.budget - self.real_steps
+        for s, action in enumerate(actions):
+            if action is None or not self._live[s]:
+                continue
+            if left > 0:
+                left -= 1
+            else:
+                allowed[s] = None
+                cut.append(s)
+        out = super().step(allowed)
+        for s in cut:
+            self._live[s] = False
+            out[s] = ("", 0.0, True, False, {ENV_ERROR: BUDGET_CUT})
+        return out

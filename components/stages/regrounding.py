@@ -28,7 +28,57 @@ log = logging.getLogger("dreamgym")
 
 PROBE_POLICY = "s2r-probe"  # the probes' Trajectory.policy
 REGROUNDED_DIR = "experience"  # the refit grounded model (in the run's checkpoint dir)
-__all__ = ["offline_train", "probe_rollouts", "regrounded_model"]
+__all__ = ["offline_train", "probe_rollouts", "reground", "regrounded_model"]
+
+
+def reground(
+    cfg: Config,
+    paths: Paths,
+    policy: Any,
+    tasks: Sequence[Task],
+    algo_cfg: Any,
+    *,
+    cap: int,
+    seed: int,
+    out_dir: Path,
+) -> tuple[list[Trajectory], Path | None, dict[str, Any]]:
+    """S2R's real phase: probes (then, with ``rl.s2r_explore``, walks) under ``cap`` real
+    steps, and the model refit on them: (real episodes, its directory, the run's figures)."""
+    from components.envs import env_factory
+
+    probes, used = probe_rollouts(
+        policy,
+        env_factory(cfg.env, paths.root),
+        tasks,
+        algo_cfg,
+        cap=cap,
+        batch_size=algo_cfg.tasks_per_iteration * algo_cfg.rollouts_per_task,
+        seed=seed,
+        out_dir=out_dir,
+        passes=cfg.rl.s2r_probe_passes,
+    )
+    walked_stats: dict[str, int] = {}
+    if cfg.rl.s2r_explore:  # the rest of the cap: walks to the map's blank exits
+        from components.stages.exploration import explore_rollouts, known_maps
+
+        walks, walked = explore_rollouts(
+            known_maps([*offline_train(paths), *probes]),
+            env_factory(cfg.env, paths.root),
+            tasks,
+            cap=cap - used,
+            max_steps=cfg.env.max_steps,
+            seed=seed,
+            out_dir=out_dir,
+        )
+        walked_stats = {"explore_real_steps": walked, "explore_walks": len(walks)}
+        probes, used = [*probes, *walks], used + walked
+    figures = {
+        "probe_real_steps": used,
+        "probe_episodes": len(probes),
+        "probe_success": sum(t.success for t in probes) / max(1, len(probes)),
+        **walked_stats,
+    }
+    return probes, regrounded_model(cfg, paths, probes, out_dir), figures
 
 
 def probe_rollouts(
@@ -52,7 +102,7 @@ def probe_rollouts(
     """
     from components.agent.rl import seed_everything, seed_int
     from components.agent.rollout import collect_rollouts
-    from components.stages.rl import CappedEnvList
+    from components.envs.vector import CappedEnvList
 
     key = stable_id(cap, seed, passes, *(t.task_id for t in tasks), n=10)
     saved = out_dir / f"probes-{key}.jsonl"

@@ -36,7 +36,6 @@ import logging
 import math
 import shutil
 import time
-from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -62,7 +61,7 @@ from components.artifacts import (
     synthetic_file,
 )
 from components.config import Config, Paths, RLAlgoConfig
-from components.envs.vector import ENV_ERROR, EnvList, StepTuple
+from components.envs.vector import CappedEnvList
 from components.schema import Task, Trajectory, read_jsonl, write_jsonl
 from components.stages.agent import log_seeds, register, seed_summary
 from components.stages.common import numbers, write_json
@@ -70,44 +69,13 @@ from components.stages.common import numbers, write_json
 log = logging.getLogger("dreamgym")
 
 TRAIN_SPLIT = "train"
-BUDGET_CUT = "real-step budget spent"  # ENV_ERROR of episodes cut by CappedEnvList
 REGROUND, REAL_RL = "reground", "real_rl"  # rl.s2r_mode: re-ground the dream | real GRPO/PPO
 _SECTIONS = ("agent", "rl", "env")
-__all__ = ["CappedEnvList", "train_dreamgym", "train_rl_real", "train_s2r"]
+__all__ = ["train_dreamgym", "train_rl_real", "train_s2r"]
 
 
 class NoUpdateError(RuntimeError):
     """An RL run made no optimizer update: its "trained" policy would be its start."""
-
-
-class CappedEnvList(EnvList):
-    """An ``EnvList`` that takes at most ``budget`` real steps, then cuts the episodes.
-
-    A slot whose step would exceed the budget is not stepped: it ends with
-    ``info[ENV_ERROR] = BUDGET_CUT`` (so the learners skip the unfinished episode).
-    """
-
-    def __init__(self, factory: Callable[[], Any], budget: int) -> None:
-        super().__init__(factory=factory)
-        self.budget = budget
-
-    def step(self, actions: Sequence[str | None]) -> list[StepTuple | None]:
-        """Step live slots while budget remains; the rest are cut, unstepped."""
-        allowed, cut = list(actions), []
-        left = self.budget - self.real_steps
-        for s, action in enumerate(actions):
-            if action is None or not self._live[s]:
-                continue
-            if left > 0:
-                left -= 1
-            else:
-                allowed[s] = None
-                cut.append(s)
-        out = super().step(allowed)
-        for s in cut:
-            self._live[s] = False
-            out[s] = ("", 0.0, True, False, {ENV_ERROR: BUDGET_CUT})
-        return out
 
 
 # ----------------------------------------------------------------------------- one seed
@@ -221,55 +189,20 @@ def rl_seed(
         probes: list[Trajectory] = []
         exp_dir = None
         if kind == S2R:  # re-grounding: the real budget buys the dream real experience
-            from components.stages.regrounding import (
-                offline_train,
-                probe_rollouts,
-                regrounded_model,
-            )
+            from components.stages.regrounding import reground
 
             cap, reference = s2r_cap(cfg, paths, algo, seed)
             fingerprint["real_step_cap"] = cap
             if cfg.rl.s2r_explore:
                 fingerprint["explore"] = True
-            extra_walks: dict[str, int] = {}
-            probes, used = probe_rollouts(
-                policy,
-                env_factory(cfg.env, paths.root),
-                tasks,
-                algo_cfg,
-                cap=cap,
-                batch_size=algo_cfg.tasks_per_iteration * algo_cfg.rollouts_per_task,
-                seed=seed,
-                out_dir=out_dir,
-                passes=cfg.rl.s2r_probe_passes,
+            probes, exp_dir, extra = reground(
+                cfg, paths, policy, tasks, algo_cfg, cap=cap, seed=seed, out_dir=out_dir
             )
-            if cfg.rl.s2r_explore:  # the rest of the cap: walks to the map's blank exits
-                from components.stages.exploration import explore_rollouts, known_maps
-
-                walks, walked = explore_rollouts(
-                    known_maps([*offline_train(paths), *probes]),
-                    env_factory(cfg.env, paths.root),
-                    tasks,
-                    cap=cap - used,
-                    max_steps=cfg.env.max_steps,
-                    seed=seed,
-                    out_dir=out_dir,
-                )
-                extra_walks = {"explore_real_steps": walked, "explore_walks": len(walks)}
-                probes, used = [*probes, *walks], used + walked
-            exp_dir = regrounded_model(cfg, paths, probes, out_dir)
+            extra = {"real_step_cap": cap, "reference_real_steps": reference, **extra}
             # the dream phase is a DreamGym run: its own round settings, s2r_dream_iterations
             algo_cfg = algo_config(cfg, algo, DREAMGYM, seed)
             if cfg.rl.s2r_dream_iterations is not None:
                 algo_cfg = algo_cfg.model_copy(update={"iterations": cfg.rl.s2r_dream_iterations})
-            extra = {
-                "real_step_cap": cap,
-                "reference_real_steps": reference,
-                "probe_real_steps": used,
-                "probe_episodes": len(probes),
-                "probe_success": sum(t.success for t in probes) / max(1, len(probes)),
-                **extra_walks,
-            }
         resumed_at, _ = _resume_point(out_dir, algo_cfg, fingerprint)
         run = DreamGymRun(
             cfg,

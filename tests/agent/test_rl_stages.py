@@ -14,8 +14,7 @@ import pytest
 from components.agent.rl import flatten
 from components.agent.rollout import collect_rollouts
 from components.config import Config, Paths, load_config
-from components.envs.vector import ENV_ERROR
-from components.stages.rl import BUDGET_CUT, CappedEnvList
+from components.envs.vector import BUDGET_CUT, ENV_ERROR, CappedEnvList
 from tests.agent.rl_env import MagicWordEnv, magic_grpo, magic_task
 
 ROOT = Path(__file__).resolve().parents[2]
