@@ -39,15 +39,16 @@ so fidelity and the judge read both models the same way.
 ``predict`` answers each: the tables first, then one call of each classifier for every
 query they decide. The classifiers predict with numpy (torch only fits them).
 
-The state text (parse, render, edit operators) is in grounded_state.py, the outcome, its
-features and classifiers in grounded_outcome.py, fitting in grounded_fit.py, the page and
-ScienceWorld parts in grounded_page.py and grounded_science.py.
+The state text (parse, render, edit operators) is in grounded_state.py; the outcome, its
+features and classifiers in grounded_outcome.py; fitting in grounded_fit.py; rooms, exits
+and command lists in grounded_rooms.py; the curriculum's task variants in
+grounded_variants.py; the page and ScienceWorld parts in grounded_page.py and
+grounded_science.py.
 """
 
 from __future__ import annotations
 
 import pickle
-import random
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -56,7 +57,7 @@ from typing import Any
 
 import numpy as np
 
-from components.experience.grounded_commands import CommandRoles, state_commands
+from components.experience.grounded_commands import CommandRoles
 from components.experience.grounded_fit import PAGE_VERB, fit_tables
 
 # the state and outcome parts live in their own modules; the names other code imports
@@ -73,16 +74,15 @@ from components.experience.grounded_outcome import (  # noqa: F401
 from components.experience.grounded_page import (
     fill_page_template,
     page_edit,
-    page_variants,
     render_page,
 )
+from components.experience.grounded_rooms import RoomKnowledge
 from components.experience.grounded_science import (
     WinGate,
     WordPrior,
     circuit_closed,
     door_open_behind,
     focus_as_move,
-    next_gold,
     science_parse,
     science_rule,
     win_conditions,
@@ -106,7 +106,8 @@ from components.experience.grounded_state import (  # noqa: F401
     split_cached,
     world_key,
 )
-from components.memory import OPPOSITE, EpisodeMemory, instruction_steps, words
+from components.experience.grounded_variants import TaskVariants
+from components.memory import OPPOSITE, EpisodeMemory
 from components.schema import Task, Trajectory, Transition
 
 MODEL_FILE = "grounded.pkl"
@@ -151,7 +152,7 @@ class GroundedSettings:
 
 
 @dataclass
-class GroundedModel:
+class GroundedModel(RoomKnowledge, TaskVariants):
     """See the module docstring. ``fit`` on real train trajectories, then ``predict``."""
 
     settings: GroundedSettings = field(default_factory=GroundedSettings)
@@ -192,48 +193,6 @@ class GroundedModel:
         self.fit_stats = fit_tables(self, trajectories)
         self._cache = _Cache()  # derived from the tables just built
         return self.fit_stats
-
-    # -- task variants (the curriculum's generator) ---------------------------------------
-
-    def objects_of(self, task_id: str) -> list[tuple[str, str]]:
-        """(object, where) pairs of portable things real data showed in this game."""
-        views = [self.initial[task_id][0]] if task_id in self.initial else []
-        views += [
-            render_state(room, view, "", "")
-            for (tid, room), counts in self.room_views.items()
-            if tid == task_id
-            for view in counts
-        ]
-        found: dict[str, str] = {}
-        for state in views:
-            for name, where in listed_objects(state):
-                found.setdefault(name, where)
-        return sorted(found.items())
-
-    def variants(self, seed: Task, n: int, iteration: int) -> list[str]:
-        """Up to ``n`` new instructions in ``seed``'s game: an earlier step of a multi-step
-        instruction as the goal, or another object this game holds as the thing to get
-        (a page: the same page with another target, ``page_variants``; ScienceWorld: none)."""
-        if self.science:
-            # TextWorld's grammar made "Take the nothing; a couch from the chair is." of a
-            # ScienceWorld room, and no variant of the dreamt runs was ever won (0 of 1,152)
-            return []
-        rng = random.Random(f"{self.settings.seed}:{seed.task_id}:{iteration}")
-        game = seed.parent_task_id if seed.generated and seed.parent_task_id else seed.task_id
-        if self.pages:  # the same page with another target
-            start = self.initial.get(game)
-            return page_variants(seed.instruction, start[0], rng, n) if start else []
-        steps = instruction_steps(seed.instruction)
-        options: list[str] = []
-        if len(steps) > 1:
-            options += [" ".join(steps[:j]) for j in range(1, len(steps))]
-        target = seed.walkthrough[-1] if seed.walkthrough else ""
-        for obj, where in self.objects_of(game):
-            if obj.lower() not in target.lower():
-                verb = rng.choice(("Retrieve", "Recover", "Pick up", "Take"))
-                options.append(f"{verb} the {obj} from {where}.")
-        rng.shuffle(options)
-        return options[:n]
 
     # -- co-evolution ------------------------------------------------------------------------
 
@@ -437,29 +396,6 @@ class GroundedModel:
                     return text
         return UNCHANGED_FEEDBACK
 
-    def _guess_room(self, task_id: str, location: str, direction: str) -> str | None:
-        """A room of this game whose exit back (the opposite way) leads nowhere known yet.
-
-        Offline logs rarely walk every exit; a room that has the matching unexplored exit
-        is the most plausible destination (cached, so every episode dreams the same map).
-        """
-        if direction not in OPPOSITE or not self.settings.replay:
-            return None
-        key = (task_id, location, direction)
-        if key not in self.guessed:
-            back = OPPOSITE[direction]
-            known = {r for (t, _, _), dests in self.exits.items() if t == task_id for r in dests}
-            candidates = []
-            for (tid, room), views in self.room_views.items():
-                if tid != task_id or room == location:
-                    continue
-                view = views.most_common(1)[0][0]
-                dest = self.exits.get((tid, room, back))
-                if back in exits_of(view) and (not dest or location in dest):
-                    candidates.append((room not in known, sum(views.values()), room))
-            self.guessed[key] = max(candidates)[2] if candidates else None
-        return self.guessed[key]
-
     def _feedback(self, verb: str, prep: str, valid: bool, x: str, y: str) -> str:
         key = (verb, prep, valid)
         top = self._cache.templates.get(key)
@@ -500,107 +436,6 @@ class GroundedModel:
             for w, lo, s in zip(won.tolist(), lost.tolist(), scores.tolist(), strict=True)
         ]
 
-    def _admissible(
-        self,
-        task_id: str,
-        next_state: str,
-        current: Sequence[str],
-        played: Sequence[str] | None = None,
-    ) -> tuple[tuple[str, ...], bool]:
-        """The next state's commands (and whether they are a fallback's); with ``played``
-        (the episode's commands in order), also the expert's next one."""
-        adm, fallback = self._listed(task_id, next_state, current)
-        nxt = next_gold(self.gold_path.get(task_id, ()), played or ())
-        if nxt is None or nxt in adm:
-            return adm, fallback
-        # as the ScienceWorld env lists it: the expert's next command, whatever is in view
-        # (every expert command in view let a dreamt mix come before its pours)
-        return (nxt, *adm), fallback
-
-    def _listed(
-        self, task_id: str, next_state: str, current: Sequence[str]
-    ) -> tuple[tuple[str, ...], bool]:
-        key = (task_id, _world_key(next_state))
-        recorded = self.admissible_by_state.get(key)
-        if recorded:
-            return recorded, False
-        known = self._cache.admissible.get(key)
-        if known is not None:
-            return known
-        composed = state_commands(next_state, self._roles())
-        if composed is not None:  # a TextWorld compact state: its commands, composed
-            self._cache.remember_admissible(key, (composed, False))
-            return composed, False
-        location, surroundings, inventory = split_cached(next_state)
-        candidates = self._room_candidates(task_id, location)
-        if not candidates:
-            return tuple(current), True
-        present = frozenset(words(surroundings + " " + inventory))
-        best = max(candidates, key=lambda c: len(c[0] & present))
-        # the nearest recorded state may show objects this one lacks: drop their commands
-        kept = tuple(a for a in best[1] if _content(a) <= present | _NEUTRAL)
-        out = (kept or best[1], True)
-        self._cache.remember_admissible(key, out)
-        return out
-
-    def _roles(self) -> CommandRoles:
-        """Keys and food, learned from every recorded admissible command (cached)."""
-        if self._cache.roles is None:
-            self._cache.roles = CommandRoles.learn(
-                c for adm in self.admissible_by_state.values() for c in adm
-            )
-        return self._cache.roles
-
-    def _named_room(self, task_id: str, where: str, rooms: dict[str, str] | None) -> str | None:
-        """The room of this game that ``go``'s object names, if real data or this episode
-        showed it."""
-        name = where.removeprefix("to ").strip()
-        known = self._views(task_id, name) or name in (rooms or {})
-        return name if name and known else None
-
-    def _views(self, task_id: str, room: str) -> Counter:
-        """This game's recorded views of ``room``; on ScienceWorld, where its data never
-        entered the room, those of the task family's game that did most often (every
-        game shares one house: the doors match, the objects are another game's)."""
-        own = self.room_views.get((task_id, room))
-        if own or not self.science:
-            return own or Counter()
-        donor = self._donor(task_id, room)
-        return self.room_views[(donor, room)] if donor else Counter()
-
-    def _donor(self, task_id: str, room: str) -> str | None:
-        """The game of ``task_id``'s family (then any game) whose data shows ``room`` most
-        (cached: every episode borrows the same room)."""
-        key = (task_id, room)
-        if key not in self._cache.donors:
-            family = _family(task_id)
-            seen = [
-                (_family(t) == family, sum(views.values()), t)
-                for (t, r), views in self.room_views.items()
-                if r == room and t != task_id and views
-            ]
-            self._cache.donors[key] = max(seen)[2] if seen else None
-        return self._cache.donors[key]
-
-    def _room_candidates(
-        self, task_id: str, location: str
-    ) -> list[tuple[frozenset[str], tuple[str, ...]]]:
-        """(words, admissible commands) of the recorded states of a room, first seen first."""
-        key = (task_id, location)
-        out = self._cache.rooms.get(key)
-        if out is None:
-            seen: set[tuple[str, tuple[str, ...]]] = set()
-            out = []
-            recorded = self.states_by_room.get(key)
-            if not recorded and self.science and (donor := self._donor(task_id, location)):
-                recorded = self.states_by_room.get((donor, location))  # a borrowed room
-            for state_key, adm in recorded or ():
-                if (state_key, adm) not in seen:  # a repeat never wins max() over the first
-                    seen.add((state_key, adm))
-                    out.append((frozenset(words(state_key)), adm))
-            self._cache.rooms[key] = out
-        return out
-
     # -- saving ------------------------------------------------------------------------------
 
     def save(self, out_dir: Path) -> None:
@@ -629,11 +464,6 @@ class GroundedModel:
 def is_grounded_dir(path: Path) -> bool:
     """``path`` holds a saved grounded experience model."""
     return (Path(path) / MODEL_FILE).exists()
-
-
-def _family(task_id: str) -> str:
-    """``sw-find-plant-0152-40fc8ed3`` -> ``sw-find-plant`` (the game's task family)."""
-    return task_id.rsplit("-", 2)[0]
 
 
 def _is_generated(task: Task) -> bool:
