@@ -229,7 +229,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             f"over {res['games']} games"
         )
         return
-    from components.cli import offline_and_quiet
+    from components.cli_process import offline_and_quiet
     from components.config import load_config
 
     offline_and_quiet()  # as the stages run: offline, no library log noise

@@ -8,15 +8,11 @@ callback loads the config, runs the stage and maps known failures to exit codes.
 
 from __future__ import annotations
 
-import errno
 import importlib
 import inspect
 import json
-import logging
-import os
 import sys
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -24,6 +20,14 @@ from typing import Annotated, Any
 
 import typer
 
+from components.cli_process import (  # noqa: F401  (EXIT_* and offline_and_quiet: public here too)
+    EXIT_BUDGET,
+    EXIT_BUSY,
+    EXIT_CONFIG,
+    EXIT_ERROR,
+    _errors,
+    offline_and_quiet,
+)
 from components.cli_serve import serve
 from components.config import PARAMS_FILE, Config, Paths, load_config
 
@@ -45,124 +49,6 @@ ProfileOpt = Annotated[
     typer.Option("--profile", help="override the profile named in params.yaml (ci, cpu, gpu)"),
 ]
 RootOpt = Annotated[Path, typer.Option("--root", help="project root (data/, mlflow.db ...)")]
-
-# offline, quiet defaults for every library the stages use
-_QUIET_ENV = {
-    "HF_HUB_OFFLINE": "1",
-    "TRANSFORMERS_OFFLINE": "1",
-    "HF_HUB_DISABLE_TELEMETRY": "1",
-    "MLFLOW_DISABLE_TELEMETRY": "true",
-    "DO_NOT_TRACK": "1",
-    "GX_ANALYTICS_ENABLED": "false",
-    "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
-    "TOKENIZERS_PARALLELISM": "false",
-    # third-party log noise off by default (set the variable to bring it back)
-    "MLFLOW_LOGGING_LEVEL": "WARNING",  # "Creating/Updating database tables" per stage
-    "LANCEDB_LOG": "error",  # lance's Rust logger: WARN lines per IVF partition
-}
-# Python loggers of libraries that log at INFO by default (Great Expectations: ~200 lines
-# per ingest); their level is DREAMGYM_LIB_LOG_LEVEL (default WARNING)
-_NOISY_LOGGERS = ("great_expectations", "evidently", "httpx", "urllib3", "textworld")
-
-
-# Exit codes of the known failures (anything else is a bug and keeps its traceback).
-EXIT_ERROR, EXIT_CONFIG, EXIT_BUDGET, EXIT_BUSY = 1, 2, 3, 75  # 75: EX_TEMPFAIL, retry later
-# filesystem errors a user can fix (disk full, permissions, read-only, a folder for a file)
-_FS_ERRNOS = {
-    errno.ENOSPC: "free some disk space, then rerun",
-    errno.EDQUOT: "free some space (disk quota exceeded), then rerun",
-    errno.EFBIG: "the file is too large for this filesystem",
-    errno.EACCES: "check the permissions of that path",
-    errno.EPERM: "check the permissions of that path",
-    errno.EROFS: "the filesystem is read-only: use a writable --root",
-    errno.EISDIR: "a folder is in the way of a file",
-    errno.ENOTDIR: "a file is in the way of a folder",
-}
-
-
-def _one_line(text: str) -> str:
-    return "; ".join(part.strip() for part in str(text).splitlines() if part.strip())
-
-
-def _known_error(err: BaseException) -> tuple[int, str] | None:
-    """(exit code, one-line message) of a failure the user can act on, else None."""
-    from components.config import ConfigError
-    from components.io import InputError, OutputBusyError, OutputWriteError
-
-    # classes of modules not imported yet cannot be what was raised: no import for them
-    mods = sys.modules
-    teacher, annotate = mods.get("components.teacher.base"), mods.get("components.teacher.annotate")
-    buffer = mods.get("components.buffer.store")
-    rl = mods.get("components.stages.rl")
-    if rl and isinstance(err, rl.NoUpdateError):
-        return EXIT_ERROR, str(err)
-    if isinstance(err, ConfigError):
-        return EXIT_CONFIG, str(err)
-    if isinstance(err, OutputBusyError):
-        return EXIT_BUSY, str(err)
-    if teacher and isinstance(err, teacher.BudgetExhaustedError):
-        return EXIT_BUDGET, f"{err}; rerun to resume. stats: {json.dumps(err.stats)}"
-    if (teacher and isinstance(err, teacher.TeacherError)) or (
-        annotate and isinstance(err, annotate.AnnotationFileError)
-    ):
-        return EXIT_ERROR, str(err)
-    if buffer and isinstance(err, buffer.ReplayBufferError):
-        return EXIT_ERROR, str(err)
-    if isinstance(err, InputError | FileNotFoundError) and err.args:
-        return EXIT_ERROR, str(err)  # FileNotFoundError: the stages' "run X first" hints
-    if isinstance(err, OutputWriteError) or (isinstance(err, OSError) and err.errno in _FS_ERRNOS):
-        hint = _FS_ERRNOS.get(err.errno or 0)
-        what = err.strerror or str(err)
-        where = f"{err.filename}: " if err.filename else ""
-        message = f"{where}{what}" + (f" ({hint})" if hint else "")
-        if isinstance(err, OutputWriteError):
-            message += "; the previous outputs are unchanged"
-        return EXIT_ERROR, message
-    return None
-
-
-@contextmanager
-def _errors() -> Iterator[None]:
-    """Known failures end the command with one line on stderr and their exit code."""
-    try:
-        yield
-    except typer.Exit:
-        raise
-    except Exception as err:
-        known = _known_error(err)
-        if known is None:
-            raise
-        code, message = known
-        typer.echo(f"error: {_one_line(message)}", err=True)
-        raise typer.Exit(code) from None
-
-
-def _quiet_libraries(level: str) -> None:
-    """Records of ``_NOISY_LOGGERS`` below ``level`` are dropped by the root handlers."""
-    threshold = logging.getLevelName(level.upper())
-    if not isinstance(threshold, int):
-        return  # an unknown level name: leave the libraries as they are
-
-    def keep(record: logging.LogRecord) -> bool:
-        noisy = record.name.split(".", 1)[0] in _NOISY_LOGGERS
-        return not noisy or record.levelno >= threshold
-
-    # a filter on the handlers, not logger levels: GX sets INFO on some module loggers
-    for handler in logging.getLogger().handlers:
-        if not any(getattr(f, "__name__", "") == keep.__name__ for f in handler.filters):
-            handler.addFilter(keep)
-
-
-def offline_and_quiet() -> None:
-    """The stages' process setup: offline, no telemetry, INFO logs without library noise."""
-    for key, value in _QUIET_ENV.items():
-        os.environ.setdefault(key, value)  # before any worker is spawned: they inherit it
-    logging.basicConfig(
-        level=logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        datefmt="%H:%M:%S",
-    )
-    _quiet_libraries(os.environ.get("DREAMGYM_LIB_LOG_LEVEL", "WARNING"))
 
 
 def _setup(params: Path, profile: str | None, root: Path) -> tuple[Config, Paths]:

@@ -37,7 +37,7 @@ def serve(
     On a GPU host `vllm serve DIR` is the drop-in."""
     import logging
 
-    from components.cli import _QUIET_ENV, EXIT_ERROR, _one_line
+    from components.cli_process import _QUIET_ENV, EXIT_ERROR, _one_line
 
     for name, value in _QUIET_ENV.items():  # offline and quiet, as every stage
         os.environ.setdefault(name, value)

@@ -268,7 +268,7 @@ def test_f6_every_write_failure_keeps_outputs_and_maps_to_one_line(
     tmp_path, monkeypatch, code: int, text: str
 ) -> None:
     import components.io as io
-    from components.cli import _known_error
+    from components.cli_process import _known_error
 
     raw = tmp_path / "raw.jsonl"
     write_jsonl(raw, make_trajectories(3))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 
-from components.cli import _QUIET_ENV, _quiet_libraries
+from components.cli_process import _QUIET_ENV, _quiet_libraries
 
 
 class _Collect(logging.Handler):
