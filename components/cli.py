@@ -277,7 +277,10 @@ STAGES: tuple[Stage, ...] = (
     Stage(
         "train-s2r",
         "rl:train_s2r",
-        "Sim-to-real: each DreamGym policy in the real env, real steps capped -> s2r_<algo>.",
+        "Sim-to-real: each DreamGym policy plays real train games under a hard cap of\n"
+        "rl.s2r_real_fraction of real RL's steps; those probes re-ground the experience model\n"
+        "and RL continues in it (rl.s2r_mode: reground; real_rl: RL on the real games)\n"
+        "-> models/policy/s2r_<algo>.",
         (TRAIN_ALGO,),
     ),
     Stage(
@@ -402,6 +405,29 @@ for _stage in STAGES:
 
 
 app.command("serve")(serve)  # components/cli_serve.py: models over the OpenAI protocol
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            typer.echo(f"dreamgym {version('dreamgym')}")
+        except PackageNotFoundError:  # run from a checkout that was never installed
+            typer.echo("dreamgym (not installed: run `make setup`)")
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(
+    show_version: Annotated[
+        bool,
+        typer.Option(
+            "--version", help="Print the version and exit.", callback=_print_version, is_eager=True
+        ),
+    ] = False,
+) -> None:
+    """Options before the command."""
 
 
 @app.command("config")

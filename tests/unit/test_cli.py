@@ -52,3 +52,15 @@ def test_bad_params_exit_with_a_clear_message(tmp_path: Path):
     )
     assert out.returncode == 2
     assert "collect.foo: unknown key" in out.stderr
+
+
+def test_version_prints_the_installed_version():
+    from importlib.metadata import version
+
+    from typer.testing import CliRunner
+
+    from components.cli import app
+
+    result = CliRunner().invoke(app, ["--version"])
+    assert result.exit_code == 0, result.output
+    assert result.output.strip() == f"dreamgym {version('dreamgym')}"
