@@ -10,7 +10,11 @@ only from the task's instruction and the episode's own (action, resulting state)
   the next step sentence or the one after it (all its object/direction words appear
   there, a lock's key aside, and a word for its verb or it is a move): a greeting that
   names a verb ("Get ready to pick stuff up ...") is skipped, never waited on;
-* rooms visited, (room, command) pairs tried and where each exit led are counted.
+* rooms visited, (room, command) pairs tried and where each exit led are counted; an
+  exit taken also tells the way back (the opposite exit of the room reached, where that
+  room lists one: TextWorld's maps are grids), and each room's listed exits are kept, so
+  the rooms with an exit never taken (the frontier) and how far each room is from one
+  are known.
 """
 
 from __future__ import annotations
@@ -48,6 +52,8 @@ VERB_WORDS: dict[str, frozenset[str]] = {
     "eat": frozenset(("eat", "consume")),
 }
 _STEP_WORDS = frozenset(DIRECTIONS).union(*VERB_WORDS.values())
+_EXIT_DIRECTION = re.compile(r"\b(north|south|east|west)\b")
+NO_FRONTIER = 5  # frontier distances are capped here (and "no frontier known" reads so)
 
 
 def words(text: str) -> list[str]:
@@ -107,6 +113,16 @@ def split_state(state: str) -> tuple[str, str, str]:
     return location, " ".join(rest), inventory
 
 
+@lru_cache(maxsize=65536)
+def listed_exits(surroundings: str) -> frozenset[str] | None:
+    """The directions an ``Exits: ...`` sentence lists (None: the state lists none)."""
+    start = surroundings.find("Exits: ")
+    if start < 0:
+        return None
+    end = surroundings.find(".", start)
+    return frozenset(_EXIT_DIRECTION.findall(surroundings[start : end if end > 0 else None]))
+
+
 def completes(command: str, sentence_words: Set[str]) -> bool:
     """Whether ``command`` does what the step sentence asks (its objects, and its verb or a move).
 
@@ -132,6 +148,9 @@ class EpisodeMemory:
     used: dict[str, int] = field(default_factory=dict)
     history: list[str] = field(default_factory=list)  # the commands played, in order
     exits: dict[tuple[str, str], str] = field(default_factory=dict)  # (room, dir) -> room
+    room_exits: dict[str, frozenset[str]] = field(default_factory=dict)  # listed directions
+    # room -> exits to the nearest frontier, computed when first asked
+    _frontier: dict[str, int] | None = field(default=None, repr=False, compare=False)
     last_action: str = ""
     last_direction: str = ""
     last_changed: bool = True
@@ -164,6 +183,10 @@ class EpisodeMemory:
     def _see(self, state: str) -> None:
         self.location, self.surroundings, self.inventory = split_state(state)
         self.visits[self.location] = self.visits.get(self.location, 0) + 1
+        listed = listed_exits(self.surroundings)
+        if listed is not None:
+            self.room_exits[self.location] = listed
+        self._frontier = None
 
     def update(self, action: str, result: str) -> None:
         """Remember that ``action`` led to the state ``result``."""
@@ -177,6 +200,9 @@ class EpisodeMemory:
             direction = action[3:]
             if self.location != before[0]:
                 self.exits[(before[0], direction)] = self.location
+                back = OPPOSITE.get(direction, "")
+                if back in self.room_exits.get(self.location, ()):
+                    self.exits.setdefault((self.location, back), before[0])
             self.last_direction = direction
         if self.last_changed:
             # the next sentence may be the one done: a sentence no command completes (a
@@ -187,6 +213,35 @@ class EpisodeMemory:
                     break
         self.last_action = action
         self.n_steps += 1
+
+    def frontier_distance(self, room: str) -> int:
+        """Exits from ``room`` to the nearest room with a listed exit never taken (capped)."""
+        if self._frontier is None:
+            self._frontier = self._frontier_distances()
+        return self._frontier.get(room, NO_FRONTIER)
+
+    def _frontier_distances(self) -> dict[str, int]:
+        # breadth-first from every frontier room, backwards along the known exits
+        into: dict[str, list[str]] = {}
+        for (room, _), dest in self.exits.items():
+            into.setdefault(dest, []).append(room)
+        dist = {
+            room: 0
+            for room, listed in self.room_exits.items()
+            if any(
+                (room, d) not in self.exits and not self.tried.get((room, f"go {d}"))
+                for d in listed
+            )
+        }
+        todo = list(dist)
+        for room in todo:  # grows as it goes: a queue
+            if dist[room] + 1 >= NO_FRONTIER:
+                continue
+            for prev in into.get(room, ()):
+                if prev not in dist:
+                    dist[prev] = dist[room] + 1
+                    todo.append(prev)
+        return dist
 
     @property
     def current_step(self) -> str:

@@ -13,7 +13,8 @@ unchanged in the real and the synthetic env:
   instruction sentence, the room, the inventory and the last action (products of them
   give the head word-overlap signals), plus, in the ``full`` design, a few scalars per
   command (its verb, overlap with the instruction sentences ahead and behind the
-  pointer, whether it was tried here already, where a ``go`` leads).
+  pointer, whether it was tried here already, where a ``go`` leads and whether it leads
+  toward the nearest room with an exit never taken).
 
 Frozen encoders keep it fast on two cores: embeddings are cached per string.
 """
@@ -29,6 +30,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 
 from components.memory import (
+    NO_FRONTIER,
     OPPOSITE,
     VERBS,
     EpisodeMemory,
@@ -60,16 +62,20 @@ def command_scalars(mem: EpisodeMemory, command: str, text: str | None = None) -
     text = command if text is None else text
     objects = command_content(text)
     tried_here = mem.tried.get((mem.location, command), 0)
-    go = [0.0] * 5
+    go = [0.0] * 7
     if verb == "go":
         direction = command[3:]
         dest = mem.exits.get((mem.location, direction))
+        # a known exit's way to the frontier: where a depth-first explorer would go back to
+        ahead = mem.frontier_distance(dest) if dest else NO_FRONTIER
         go = [
             1.0,
             float(dest is not None),
             min(mem.visits.get(dest, 0), 3) / 3 if dest else 0.0,
             float(OPPOSITE.get(mem.last_direction) == direction and mem.last_action[:3] == "go "),
             float(dest is None and tried_here == 0),
+            float(dest is not None and ahead < mem.frontier_distance(mem.location)),
+            ahead / NO_FRONTIER if dest else 0.0,
         ]
     return [
         *_VERB_ONE_HOT[verb],
@@ -122,11 +128,13 @@ def context_scalars(mem: EpisodeMemory, max_steps: int) -> list[float]:
         float(mem.pointer >= len(mem.steps)),
         float(mem.last_changed),
         float(len(mem.steps) == 1),
+        mem.frontier_distance(mem.location) / NO_FRONTIER,
+        float(mem.frontier_distance(mem.location) == 0),
     ]
 
 
-N_COMMAND_SCALARS = len(VERBS) + 1 + 18  # verb one-hot + the 18 others (tested)
-N_CONTEXT_SCALARS = 6
+N_COMMAND_SCALARS = len(VERBS) + 1 + 20  # verb one-hot + the 20 others (tested)
+N_CONTEXT_SCALARS = 8
 N_CONTEXT_TEXTS = 4  # instruction sentence, surroundings, inventory, last action
 
 

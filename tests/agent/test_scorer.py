@@ -65,12 +65,33 @@ def test_command_scalars_mark_the_next_step_and_what_was_tried():
     mem = EpisodeMemory.replay(QUEST, _state("Hall", "On the table: a key."))
     go, west = command_scalars(mem, "go east"), command_scalars(mem, "go west")
     assert len(go) == N_COMMAND_SCALARS
-    next_overlap = N_COMMAND_SCALARS - 18  # the first feature after the verb one-hot
+    next_overlap = N_COMMAND_SCALARS - 20  # the first feature after the verb one-hot
     assert go[next_overlap] == 1.0 and west[next_overlap] == 0.0
     mem.update("go west", _state("Garden", ""))
     mem.update("go east", _state("Hall", "On the table: a key."))
     back = command_scalars(mem, "go west")
-    assert back[-4] == 1.0  # the destination of west from the Hall is known now
+    assert back[-6] == 1.0  # the destination of west from the Hall is known now
+
+
+def test_the_frontier_is_the_nearest_room_with_an_exit_never_taken():
+    def room(name: str, exits: str) -> str:
+        return f"Location: {name}\nExits: {exits}.\nInventory: nothing\nFeedback: Hi."
+
+    # Hall (east, south (closed door)) - east -> Den (west) : a dead end
+    mem = EpisodeMemory.replay("Find the key.", room("Hall", "east, south (closed door)"))
+    assert mem.frontier_distance("Hall") == 0
+    mem.update("go east", room("Den", "west"))
+    # the way back is known from the move itself, so the Den has nothing left to explore
+    assert mem.exits[("Den", "west")] == "Hall"
+    assert mem.frontier_distance("Den") == 1 and mem.frontier_distance("Hall") == 0
+    west = command_scalars(mem, "go west")
+    assert west[-2:] == [1.0, 0.0]  # toward the frontier, which is the Hall itself
+    assert west[-3] == 0.0  # not an untried exit: the Hall is known
+    mem.update("go west", room("Hall", "east, south (closed door)"))
+    east_again = command_scalars(mem, "go east")
+    assert east_again[-2] == 0.0 and east_again[-1] == pytest.approx(1 / 5)
+    mem.update("go south", room("Hall", "east, south (closed door)"))  # tried: shut door
+    assert mem.frontier_distance("Hall") == 5  # no frontier known: capped
 
 
 @pytest.fixture
