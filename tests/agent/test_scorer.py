@@ -94,6 +94,17 @@ def test_the_frontier_is_the_nearest_room_with_an_exit_never_taken():
     assert mem.frontier_distance("Hall") == 5  # no frontier known: capped
 
 
+def test_a_state_without_exits_has_no_frontier():
+    # ScienceWorld and MiniWoB++ states list no exits: the frontier inputs stay constant
+    from components.agent.features import context_scalars
+
+    page = "Location: \nHere: a button ONE, a button TWO\nInventory: nothing\nFeedback: ."
+    mem = EpisodeMemory.replay("Click ONE.", page)
+    mem.update("click [3]", page)
+    assert command_scalars(mem, "click [4]")[-2:] == [0.0, 0.0]
+    assert context_scalars(mem, 10)[-2:] == [1.0, 0.0]
+
+
 @pytest.fixture
 def scorer():
     from components.agent.scorer import ScorerPolicy, ScorerSettings
