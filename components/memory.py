@@ -9,7 +9,9 @@ only from the task's instruction and the episode's own (action, resulting state)
   instruction pointer advances when an executed command that changed the world completes
   the next step sentence or the one after it (all its object/direction words appear
   there, a lock's key aside, and a word for its verb or it is a move): a greeting that
-  names a verb ("Get ready to pick stuff up ...") is skipped, never waited on;
+  names a verb ("Get ready to pick stuff up ...") is skipped, never waited on; a thing
+  the sentence names only inside a longer name ("keycard" in "the type K keycard") is a
+  namesake, not the thing, and completes nothing;
 * rooms visited, (room, command) pairs tried and where each exit led are counted; an
   exit taken also tells the way back (the opposite exit of the room reached, where that
   room lists one: TextWorld's maps are grids), and each room's listed exits are kept, so
@@ -25,6 +27,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 
 _WORD = re.compile(r"[a-z0-9]+")
+_TOKEN = re.compile(r"[a-z0-9]+|[^\sa-z0-9]")  # words and punctuation (a name's boundaries)
 _SENTENCE = re.compile(r"(?<=[.!?])\s+")
 _STOPWORDS = "the a an from on in into with to of and then that is it this you your be if can "
 _STOPWORDS += "please i need me at inside within onto up for will so by as are its there"
@@ -51,6 +54,9 @@ VERB_WORDS: dict[str, frozenset[str]] = {
     "drop": frozenset(("drop", "discard", "down", "ditch", "throw", "toss", "deposit", "place")),
     "eat": frozenset(("eat", "consume")),
 }
+# TextWorld's commands name things between these words: "take X from Y", "unlock X with K"
+_PREPOSITIONS = frozenset(("from", "into", "on", "in", "with"))
+_NO_OBJECTS = frozenset(("go", "look", "inventory"))
 _STEP_WORDS = frozenset(DIRECTIONS).union(*VERB_WORDS.values())
 _EXIT_DIRECTION = re.compile(r"\b(north|south|east|west)\b")
 NO_FRONTIER = 5  # frontier distances are capped here (and "no frontier known" reads so)
@@ -79,6 +85,50 @@ def command_content(command: str) -> frozenset[str]:
     """The command's object and direction words (its verb dropped)."""
     ws = words(command)
     return frozenset(w for w in ws[1:] if w not in STOPWORDS)
+
+
+@lru_cache(maxsize=65536)
+def object_phrases(command: str) -> tuple[tuple[str, ...], ...]:
+    """The names of the things a text-game command acts on, as token tuples.
+
+    ``take type K keycard from locker`` -> ``(("type", "k", "keycard"), ("locker",))``;
+    a command whose verb is not a text-game verb names nothing here.
+    """
+    ws = command.lower().split()
+    if not ws or ws[0] in _NO_OBJECTS or ws[0] not in VERBS:
+        return ()
+    phrases, current = [], []
+    for w in ws[1:]:
+        if w in _PREPOSITIONS and current:
+            phrases.append(current)
+            current = []
+        else:
+            current.append(w)
+    phrases.append(current)
+    return tuple(t for t in (tuple(_TOKEN.findall(" ".join(p))) for p in phrases) if t)
+
+
+EXACT, NAMESAKE, ABSENT = 2, 1, 0
+
+
+@lru_cache(maxsize=65536)
+def naming(phrase: tuple[str, ...], text: str) -> int:
+    """How ``text`` names ``phrase``: EXACT, only as part of a longer name (NAMESAKE), or ABSENT.
+
+    A name is bounded by stopwords or punctuation: "the type K keycard." names
+    ``type k keycard`` exactly and ``keycard`` only as a namesake.
+    """
+    tokens = _TOKEN.findall(text.lower())
+    n, found = len(phrase), ABSENT
+    for i in range(len(tokens) - n + 1):
+        if tuple(tokens[i : i + n]) != phrase:
+            continue
+        before = tokens[i - 1] if i else "."
+        after = tokens[i + n] if i + n < len(tokens) else "."
+        if all(t in STOPWORDS or t == "s" or not t.isalnum() for t in (before, after)):
+            return EXACT
+        found = NAMESAKE
+    return found
 
 
 def instruction_steps(instruction: str) -> list[str]:
@@ -123,14 +173,17 @@ def listed_exits(surroundings: str) -> frozenset[str] | None:
     return frozenset(_EXIT_DIRECTION.findall(surroundings[start : end if end > 0 else None]))
 
 
-def completes(command: str, sentence_words: Set[str]) -> bool:
+def completes(command: str, sentence_words: Set[str], sentence: str = "") -> bool:
     """Whether ``command`` does what the step sentence asks (its objects, and its verb or a move).
 
     The key of a ``lock``/``unlock`` need not be named: "unlock the locker" is the step.
+    A thing the sentence names only inside a longer name is another thing.
     """
     if command.startswith(("lock ", "unlock ")):
         command = command.split(" with ", 1)[0]
     if overlap(command, sentence_words) < 0.99:
+        return False
+    if sentence and any(naming(p, sentence) == NAMESAKE for p in object_phrases(command)):
         return False
     return bool(verb_in(command, sentence_words)) or command.startswith("go ")
 
@@ -208,7 +261,7 @@ class EpisodeMemory:
             # the next sentence may be the one done: a sentence no command completes (a
             # greeting naming a verb, "Get ready to pick stuff up ...") must not stall it
             for j in range(self.pointer, min(self.pointer + 2, len(self.steps))):
-                if completes(action, self.step_words[j]):
+                if completes(action, self.step_words[j], self.steps[j]):
                     self.pointer = j + 1
                     break
         self.last_action = action

@@ -13,7 +13,8 @@ unchanged in the real and the synthetic env:
   instruction sentence, the room, the inventory and the last action (products of them
   give the head word-overlap signals), plus, in the ``full`` design, a few scalars per
   command (its verb, overlap with the instruction sentences ahead and behind the
-  pointer, whether it was tried here already, where a ``go`` leads and whether it leads
+  pointer, whether the instruction names its things exactly or only inside a longer
+  name, whether it was tried here already, where a ``go`` leads and whether it leads
   toward the nearest room with an exit never taken).
 
 Frozen encoders keep it fast on two cores: embeddings are cached per string.
@@ -30,12 +31,16 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 
 from components.memory import (
+    EXACT,
+    NAMESAKE,
     NO_FRONTIER,
     OPPOSITE,
     VERBS,
     EpisodeMemory,
     command_content,
     content_words,
+    naming,
+    object_phrases,
     overlap,
     verb_in,
     verb_of,
@@ -80,6 +85,7 @@ def command_scalars(mem: EpisodeMemory, command: str, text: str | None = None) -
     return [
         *_VERB_ONE_HOT[verb],
         *_instruction_scalars(tuple(mem.step_words), mem.pointer, command, text),
+        *_naming_scalars(mem.current_step, mem.instruction, command),
         len(objects & content_words(mem.inventory)) / len(objects) if objects else 0.0,
         min(tried_here, 3) / 3,
         min(mem.used.get(command, 0), 3) / 3,
@@ -118,6 +124,25 @@ def _instruction_scalars(
     )
 
 
+@lru_cache(maxsize=65536)
+def _naming_scalars(step: str, instruction: str, command: str) -> tuple[float, float, float]:
+    """Shares of the things a command names that the step / instruction name exactly, and
+    that the instruction names only inside a longer name ("keycard": "the type K keycard").
+
+    Word overlap cannot tell them apart: every word of ``keycard`` is in the instruction.
+    """
+    phrases = object_phrases(command)
+    if not phrases:
+        return (0.0, 0.0, 0.0)
+    n = len(phrases)
+    in_goal = [naming(p, instruction) for p in phrases]
+    return (
+        sum(naming(p, step) == EXACT for p in phrases) / n,
+        sum(k == EXACT for k in in_goal) / n,
+        sum(k == NAMESAKE for k in in_goal) / n,
+    )
+
+
 def context_scalars(mem: EpisodeMemory, max_steps: int) -> list[float]:
     """Hand-made features of the decision as a whole (design ``full``)."""
     n = max(1, len(mem.steps))
@@ -133,7 +158,7 @@ def context_scalars(mem: EpisodeMemory, max_steps: int) -> list[float]:
     ]
 
 
-N_COMMAND_SCALARS = len(VERBS) + 1 + 20  # verb one-hot + the 20 others (tested)
+N_COMMAND_SCALARS = len(VERBS) + 1 + 23  # verb one-hot + the 23 others (tested)
 N_CONTEXT_SCALARS = 8
 N_CONTEXT_TEXTS = 4  # instruction sentence, surroundings, inventory, last action
 
