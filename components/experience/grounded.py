@@ -19,6 +19,9 @@ Reward and termination come from two class-balanced logistic regressions (won, l
 features of the command against the instruction's steps and the episode's instruction
 pointer (components/memory.py); their thresholds are chosen on held-out train games
 (rewards are rare: ~5% of transitions). A replayed outcome keeps its recorded reward.
+On text games a predicted win also needs what every real win had (``win_requirements``:
+the last clause's verb, the things named exactly, no conflict on where): RL found the
+commands no recorded episode played, ``drop sponge`` for "place the sponge into the box".
 Two envs get more: on web pages (MiniWoB++, ``pages``) an action's effect is the page
 edit of grounded_page.py and the classifiers also see how the page's values meet the
 instruction; on ScienceWorld tasks (``science``) they see grounded_science.py's focus /
@@ -69,6 +72,7 @@ from components.experience.grounded_outcome import (  # noqa: F401
     _LogisticRegression,
     best_f1_threshold,
     episode_rows,
+    meets,
     outcome_features,
 )
 from components.experience.grounded_page import (
@@ -180,6 +184,8 @@ class GroundedModel(RoomKnowledge, TaskVariants):
     science: bool = False  # fitted on ScienceWorld tasks: science features, word prior
     word_prior: WordPrior | None = None
     win_gate: WinGate | None = None  # ScienceWorld: what every real win of a task kind had
+    # text games: {outcome feature column: the value every real win had} (win_requirements)
+    win_requires: dict[int, float] = field(default_factory=dict)
     # ScienceWorld: each game's expert path; its real env lists the path's commands that
     # name things in view, so a composed list must too (the policy learned to look there)
     gold_path: dict[str, tuple[str, ...]] = field(default_factory=dict)
@@ -262,6 +268,8 @@ class GroundedModel(RoomKnowledge, TaskVariants):
                 allowed = np.asarray(
                     [self._win_possible(mem, d.state, action) for d, mem, action, _ in asked]
                 )
+            if self.win_requires:
+                allowed = meets(feats, self.win_requires) & (True if allowed is None else allowed)
             rows = self._classify_rows(feats, allowed)
             n = len(pending)
             for d, (won, _, score) in zip(mirrored, rows[n:], strict=True):

@@ -15,6 +15,7 @@ from components.experience.grounded_outcome import (
     best_f1_threshold,
     episode_rows,
     outcome_features,
+    win_requirements,
 )
 from components.experience.grounded_page import page_edit, page_template, parse_page, render_page
 from components.experience.grounded_science import (
@@ -114,6 +115,9 @@ def fit_tables(model: GroundedModel, trajectories: Sequence[Trajectory]) -> dict
     x_all = np.asarray(feats, np.float32)
     y_won, y_lost = np.asarray(won), np.asarray(lost)
     stats = _fit_classifiers(model, x_all, y_won, y_lost, games)
+    if not (model.pages or model.science):  # pages and ScienceWorld have their own gates
+        model.win_requires = win_requirements(x_all, y_won)
+        stats["win_requirements"] = len(model.win_requires)
     return {
         "transitions": len(feats),
         "wins": int(y_won.sum()),

@@ -18,7 +18,18 @@ import numpy as np
 from components.experience.grounded_page import page_features
 from components.experience.grounded_science import science_features
 from components.experience.grounded_state import _content
-from components.memory import VERB_WORDS, VERBS, EpisodeMemory, verb_of
+from components.memory import (
+    EXACT,
+    NAMESAKE,
+    VERB_WORDS,
+    VERBS,
+    EpisodeMemory,
+    content_words,
+    naming,
+    object_phrases,
+    verb_in,
+    verb_of,
+)
 from components.schema import Task, Trajectory, Transition
 
 
@@ -127,7 +138,9 @@ def outcome_features(
         page = science_features(mem, state or "", command, science_prior)
     elif state is not None:
         page = page_features(mem.instruction, state, command, mem.last_action)
+    final = mem.steps[-1] if mem.steps else ""
     return [
+        *_final_step_features(final, command),  # first: FINAL_STEP_COLUMNS
         last_overlap,
         last_verb,
         last_overlap * last_verb,
@@ -142,6 +155,59 @@ def outcome_features(
         *(float(verb == v) for v in (*VERBS, "other")),
         *page,
     ]
+
+
+FINAL_STEP_COLUMNS = (0, 1, 2, 3)  # outcome_features' columns of _final_step_features
+
+
+def win_requirements(x: np.ndarray, y_won: np.ndarray, min_wins: int = 10) -> dict[int, float]:
+    """The final-step features every real win had one value of: {column: value}.
+
+    A text game's linear won classifier never saw ``drop sponge`` for "place the sponge
+    into the box" in real data (no one played it there), so it cannot learn that the
+    destination conflict forbids a win; RL finds such commands at once. As ScienceWorld's
+    ``WinGate``: a predicted win also needs what every real win had.
+    """
+    wins = x[y_won == 1]
+    if len(wins) < min_wins:
+        return {}
+    return {j: float(wins[0, j]) for j in FINAL_STEP_COLUMNS if np.all(wins[:, j] == wins[0, j])}
+
+
+def meets(feats: np.ndarray, requires: dict[int, float]) -> np.ndarray:
+    """Per feature row: whether it has every required value (``win_requirements``)."""
+    ok = np.ones(len(feats), dtype=bool)
+    for j, v in requires.items():
+        ok &= feats[:, j] == np.float32(v)
+    return ok
+
+
+def _final_step_features(final: str, command: str) -> tuple[float, float, float, float]:
+    """How ``command`` meets the last step sentence beyond shared words (text games).
+
+    What RL finds where word overlap is blind: ``drop sponge`` for "place the sponge into
+    the box" ("place" is a word for drop too), ``open box`` for "the vanilla scented box is
+    open" (a namesake), ``close locker`` for "If you have shut the locker, lock it" (the
+    last clause's verb is the step's). Every real final command of 440 train and selection
+    games has the last clause's verb, names its things exactly and agrees on where.
+    """
+    phrases = object_phrases(command.split(" with ", 1)[0])  # a lock's key aside
+    if not phrases or not final:
+        return (0.0, 0.0, 0.0, 0.0)
+    verb, n = verb_of(command), len(phrases)
+    named = [naming(p, final) for p in phrases]
+    if verb == "drop":
+        conflict = "floor" not in content_words(final)
+    elif verb in ("put", "insert"):
+        conflict = len(phrases) < 2 or named[-1] != EXACT
+    else:
+        conflict = False
+    return (
+        verb_in(command, content_words(final.rsplit(",", 1)[-1])),
+        sum(k == EXACT for k in named) / n,
+        sum(k == NAMESAKE for k in named) / n,
+        float(conflict),
+    )
 
 
 class _LogisticRegression:

@@ -401,6 +401,38 @@ def test_the_won_classifier_rewards_the_last_step_of_an_unseen_game(model):
     assert not o.won and o.reward == 0 and o.win_score < model.won_threshold
 
 
+def test_the_final_step_features_see_what_word_overlap_cannot():
+    from components.experience.grounded_outcome import _final_step_features
+
+    place = "And then, place the sponge into the box inside the study."
+    assert _final_step_features(place, "insert sponge into box") == (1.0, 1.0, 0.0, 0.0)
+    assert _final_step_features(place, "drop sponge")[3] == 1.0  # into the box, not the floor
+    assert _final_step_features(place, "insert sponge into chest")[3] == 1.0
+    floor = "And then, place the mouse on the floor of the cubicle."
+    assert _final_step_features(floor, "drop mouse") == (1.0, 1.0, 0.0, 0.0)
+    namesake = "Then, make sure that the vanilla scented box is open."
+    assert _final_step_features(namesake, "open box")[2] == 1.0
+    assert _final_step_features(namesake, "open vanilla scented box")[1:3] == (1.0, 0.0)
+    lock = "If you have shut the locker, lock the locker with the latchkey."
+    assert _final_step_features(lock, "close locker")[0] == 0.0
+    assert _final_step_features(lock, "lock locker with latchkey")[0] == 1.0
+
+
+def test_a_predicted_win_needs_what_every_real_win_had(model):
+    from components.experience.grounded_outcome import FINAL_STEP_COLUMNS, meets
+
+    # every real win put the goal on the table, as the last sentence says
+    assert model.win_requires == dict(zip(FINAL_STEP_COLUMNS, (1.0, 1.0, 0.0, 0.0), strict=True))
+    task = _task(5)
+    game, history, state = _play_until(5, ["go east", "take bell", "go west"])
+    o = model.predict(task, _memory(task, history), state, "drop bell", game.admissible())
+    assert not o.won
+    rows = np.zeros((2, 20), np.float32)
+    rows[:, :2] = 1.0
+    rows[1, 3] = 1.0  # a destination conflict
+    assert meets(rows, model.win_requires).tolist() == [True, False]
+
+
 # -- variants, co-evolution, saving ------------------------------------------------------------
 
 
