@@ -14,6 +14,7 @@ BENCHMARKS = (
     "bench.answer_tree",
     "bench.synthetic_env",
     "bench.admissible_commands",
+    "bench.counterfactual_wins",
     "bench.policy_designs",
     "bench.generation",
     "bench.gpu_decode",  # CUDA only: elsewhere it leaves the committed GPU results alone
