@@ -59,6 +59,21 @@ def test_suite_splits_by_scienceworld_variation_lists(suite: list[Task], tmp_pat
         assert t.walkthrough and t.difficulty == len(t.walkthrough)
 
 
+def test_a_short_variation_list_is_used_whole(tmp_path: Path, caplog: pytest.LogCaptureFixture):
+    # power-component's test list holds 5 variations: asking for 6 takes those that win
+    sw = ScienceWorldConfig(
+        task_names=("power-component",),
+        variations=SplitCountsConfig(train=1, validation=1, test=6),
+        max_admissible=MAX_ADMISSIBLE,
+    )
+    cfg = env_config(EnvConfig(name="scienceworld", max_steps=20, scienceworld=sw))
+    with caplog.at_level("INFO", logger="components.envs.scienceworld_tasks"):
+        tasks = generate_task_suite(cfg, tmp_path, progress=False)
+    test = [t for t in tasks if t.split == "test"]
+    assert 1 <= len(test) <= 5 and len({t.seed for t in test}) == len(test)
+    assert any("its list has 5" in r.getMessage() for r in caplog.records)
+
+
 def test_expert_solves_and_reward_is_outcome_only(env: ScienceWorldEnv, suite: list[Task]):
     task = _train(suite)
     obs, info = env.reset(task)
