@@ -123,7 +123,11 @@ def _quiet_libraries(level: str) -> None:
 
 
 def offline_and_quiet() -> None:
-    """The stages' process setup: offline, no telemetry, INFO logs without library noise."""
+    """The stages' process setup: offline, no telemetry, reproducible CPU kernels, INFO
+    logs without library noise."""
+    from components.cpu_kernels import pin_cpu_kernels
+
+    pin_cpu_kernels()  # before any stage imports torch
     for key, value in _QUIET_ENV.items():
         os.environ.setdefault(key, value)  # before any worker is spawned: they inherit it
     logging.basicConfig(

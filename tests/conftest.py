@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from components.cpu_kernels import pin_cpu_kernels
 from tests.fakes.openai_server import FakeOpenAIServer
 
 for _key, _value in {
@@ -23,6 +24,7 @@ for _key, _value in {
     "TOKENIZERS_PARALLELISM": "false",
 }.items():
     os.environ.setdefault(_key, _value)
+pin_cpu_kernels()  # as the stages run: the same floats on every AVX2 CI host
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -367,6 +367,7 @@ def build_table1(cfg: Config, paths: Paths) -> dict[str, Any]:
         load_episodes,
         markdown,
     )
+    from components.cpu_kernels import kernels_in_use
     from components.evaluation.headline import HEADLINE_DIR, TABLE1_HEADLINE, table1_headline
     from components.tracking import git_commit, params_overrides, stage_run
 
@@ -381,6 +382,7 @@ def build_table1(cfg: Config, paths: Paths) -> dict[str, Any]:
         "profile": cfg.profile,
         "env": cfg.env.name,
         "params_overrides": params_overrides(paths.root),
+        "cpu_kernels": kernels_in_use(),  # "avx2": reproducible on any AVX2 host
     }
     table["_headline"] = "sampled"
     # one file for every env: the other envs' rows (their own runs) stay (dvc.yaml: persist)
