@@ -1,7 +1,7 @@
 """Pin the CPU math libraries to their AVX2 kernels, so a run's floats are the same on
 every x86 host with AVX2 (default; ``DREAMGYM_CPU_KERNELS=native`` opts out).
 
-Why: torch (ATen), MKL, oneDNN and numpy's OpenBLAS each pick kernels for the CPU they
+Why: torch (ATen), MKL, oneDNN, numpy and its OpenBLAS each pick kernels for the CPU they
 start on, and an AVX-512 kernel sums in another order than an AVX2 one. The results
 differ in the last bits, and a sampled RL run grows that into other episodes (likely
 why two sessions of one commit read DreamGym GRPO 40.7 and 46.9 on the same ScienceWorld games,
@@ -30,6 +30,9 @@ AVX2_ENV = {
     "MKL_CBWR": "AVX2",  # MKL's conditional numerical reproducibility: matmuls
     "ONEDNN_MAX_CPU_ISA": "AVX2",
     "OPENBLAS_CORETYPE": "Haswell",  # numpy's BLAS
+    # numpy's own ufuncs (exp, log, sums): its AVX-512 paths off, so it runs X86_V3 (AVX2).
+    # Only the names numpy 2.x dispatches: any other name prints a warning at every import.
+    "NPY_DISABLE_CPU_FEATURES": "X86_V4,AVX512_ICL,AVX512_SPR",
 }
 
 

@@ -39,20 +39,21 @@ def test_native_opts_out_and_a_typo_is_a_one_line_config_error() -> None:
         pin_cpu_kernels({ENV_VAR: "avx512"}, AVX2_HOST)
 
 
-def test_a_stage_process_runs_torch_on_its_avx2_kernels() -> None:
+def test_a_stage_process_runs_torch_and_numpy_on_their_avx2_kernels() -> None:
     from components.cpu_kernels import _cpu_flags
 
     if not {"avx2", "fma"} <= _cpu_flags():
         pytest.skip("this host has no AVX2 kernels to pin")
     code = (
         "import os\n"
-        "for k in ('ATEN_CPU_CAPABILITY', 'MKL_CBWR', 'ONEDNN_MAX_CPU_ISA', 'OPENBLAS_CORETYPE',"
-        " 'DREAMGYM_CPU_KERNELS'):\n"
+        f"for k in {(*AVX2_ENV, ENV_VAR)!r}:\n"
         "    os.environ.pop(k, None)\n"
         "from components.cli_process import offline_and_quiet\n"
         "offline_and_quiet()\n"
         "import torch\n"
-        "print(torch.backends.cpu.get_cpu_capability())\n"
+        "from numpy._core._multiarray_umath import __cpu_features__ as npy\n"
+        "print(torch.backends.cpu.get_cpu_capability(), npy.get('X86_V4', False))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "AVX2"
+    assert out.stdout.strip() == "AVX2 False"  # numpy's AVX-512 dispatch is off too
+    assert "cannot disable" not in out.stderr  # every name is one numpy dispatches
