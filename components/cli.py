@@ -20,6 +20,7 @@ from typing import Annotated, Any
 
 import typer
 
+from components.cli_archive import archive_env_command
 from components.cli_process import (  # noqa: F401  (EXIT_* and offline_and_quiet: public here too)
     EXIT_BUDGET,
     EXIT_BUSY,
@@ -406,6 +407,7 @@ for _stage in STAGES:
 
 
 app.command("serve")(serve)  # components/cli_serve.py: models over the OpenAI protocol
+app.command("archive-env")(archive_env_command)  # components/cli_archive.py
 
 
 def _print_version(value: bool) -> None:

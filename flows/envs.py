@@ -16,10 +16,11 @@ stage in dependency order, retries for simulator/API stages, the ``accelerator``
 training stages (a Prefect concurrency limit on that tag serialises the GPU work of every
 env), all under one MLflow parent run in the workspace's own ``mlflow.db``.
 
-Table 1: as soon as an env pipeline that ran the ``table1`` stage has succeeded, the flow
-(in its own process, one env at a time) merges that env's rows from the workspace's
-``metrics/table1.json`` into the project's, keeping the other envs' rows
-(``components.agent.table1.merge_env_rows``), and rewrites ``metrics/table1.md``.
+Archive: as soon as an env pipeline that ran the ``table1`` stage has succeeded, the flow
+(in its own process, one env at a time) archives that env's run into the project
+(``components.evaluation.env_archive``, the ``dreamgym archive-env`` command): its files
+under ``reports/envs/<env>/``, its rows merged into ``metrics/table1.json`` and
+``metrics/policy_fidelity.json`` beside the other envs', and both ``.md`` files rewritten.
 
 Seeds are not fanned out here: a stage trains or evaluates every seed itself, in
 ``agent.workers`` processes (components/stages/parallel.py), and writes one DVC output
@@ -30,7 +31,6 @@ seeds of one stage cannot be two ``dvc repro`` runs without per-seed stages in d
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import socket
 from pathlib import Path
@@ -48,7 +48,6 @@ from flows.stages import stage_order
 from flows.workspaces import prepare_workspace, uncommitted_code
 
 ENV_KEY = "env.name"
-TABLE1_JSON = Path("metrics") / "table1.json"  # every env's rows: the table1 stage's output
 
 
 def make_task_runner(orch: OrchestrationConfig, name: str | None = None) -> Any:
@@ -85,38 +84,23 @@ def env_pipeline(
     return {"env": env, "workspace": workspace, "stages": ran, "worker": where}
 
 
-def _read_table(path: Path) -> dict[str, Any] | None:
-    """A table1.json (None if absent); a one-line ``ValueError`` if it is not a JSON object."""
-    if not path.exists():
-        return None
-    try:
-        table = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as err:
-        raise ValueError(f"{path}: not valid JSON ({err}); fix or delete it") from None
-    if not isinstance(table, dict):
-        raise ValueError(f"{path}: not a JSON object; fix or delete it")
-    return table
+@task(name="archive-env", task_run_name="{env}")
+def archive_env_run(env: str, workspace: str, root: str) -> bool:
+    """Archive ``env``'s run in its workspace into the project (reports/envs/<env>/, its rows
+    in metrics/table1.json and policy_fidelity.json); False (a warning, nothing written)
+    when the workspace has no Table 1 rows for ``env``."""
+    from components.evaluation.env_archive import TABLE1, archive_env, read_json_object
 
-
-@task(name="merge-table1", task_run_name="{env}")
-def merge_table1(env: str, workspace: str, root: str) -> bool:
-    """Copy ``env``'s Table-1 rows from its workspace's metrics/table1.json into the project's
-    (the other envs' rows kept) and refresh metrics/table1.md; False (a warning, nothing
-    written) when the workspace has no rows for ``env``."""
-    from components.agent.table1 import markdown, merge_env_rows
-    from components.io import atomic_write_text
-
-    source = Path(workspace) / TABLE1_JSON
-    target = Path(root) / TABLE1_JSON
-    found = _read_table(source)
+    found = read_json_object(Path(workspace) / TABLE1)
     if found is None or not isinstance(found.get(env), dict):
         why = "missing" if found is None else f"has no rows for {env}"
-        get_run_logger().warning("%s %s: the project's Table 1 is left as it is", source, why)
+        where = Path(workspace) / TABLE1
+        get_run_logger().warning("%s %s: the project's Table 1 is left as it is", where, why)
         return False
-    table = merge_env_rows(_read_table(target) or {}, found, env)
-    atomic_write_text(target, json.dumps(table, indent=2, sort_keys=True) + "\n")
-    atomic_write_text(target.with_suffix(".md"), markdown(table))
-    get_run_logger().info("env %s: its Table 1 rows are now in %s", env, target)
+    done = archive_env(Path(workspace), Path(root), env=env)
+    get_run_logger().info(
+        "env %s: archived to %s; merged into %s", env, done.folder, ", ".join(done.merged)
+    )
     return True
 
 
@@ -129,8 +113,8 @@ def run_envs(
     root: str | None = None,
 ) -> dict[str, dict[str, Any]]:
     """Submit every env pipeline to this flow's task runner; wait for all of them. With
-    ``root``, each successful env pipeline that ran the table1 stage has its Table-1 rows
-    merged into ``root``'s metrics/table1.json, one env after the other in this process."""
+    ``root``, each successful env pipeline that ran the table1 stage is archived into
+    ``root`` (``archive_env_run``), one env after the other in this process."""
     futures = {
         env: env_pipeline.submit(env, ws, stages, force, promote) for env, ws in workspaces.items()
     }
@@ -147,9 +131,9 @@ def run_envs(
             continue
         if root is not None and TABLE1_STAGE in result["stages"]:
             try:  # as soon as this env is done, not after the slowest one
-                merge_table1(env, result["workspace"], root)
+                archive_env_run(env, result["workspace"], root)
             except Exception as err:  # e.g. the project's table1.json is not valid JSON
-                failed.append(f"{env}: merging Table 1: {err}")
+                failed.append(f"{env}: archiving its run: {err}")
     if failed:
         raise RuntimeError(f"env pipelines failed ({'; '.join(failed)})")
     return {env: done[env] for env in futures}

@@ -152,10 +152,10 @@ def test_the_task_runner_switch():
         assert load_config(ROOT / "params.yaml", profile).orchestration.task_runner == "sequential"
 
 
-def test_merge_table1_copies_the_envs_rows_into_the_project(tmp_path: Path):
+def test_archive_env_run_copies_the_envs_rows_into_the_project(tmp_path: Path):
     from prefect.logging import disable_run_logger
 
-    from flows.envs import merge_table1
+    from flows.envs import archive_env_run
 
     root, ws = tmp_path / "project", tmp_path / "ws"
     (root / "metrics").mkdir(parents=True)
@@ -166,27 +166,31 @@ def test_merge_table1_copies_the_envs_rows_into_the_project(tmp_path: Path):
     target.write_text(json.dumps(project))
     with disable_run_logger():
         # no workspace table, or none of this env's rows: the project's file is left alone
-        assert merge_table1.fn("textworld", str(ws), str(root)) is False
+        assert archive_env_run.fn("textworld", str(ws), str(root)) is False
         (ws / "metrics" / "table1.json").write_text(json.dumps({"scienceworld": {}}))
-        assert merge_table1.fn("textworld", str(ws), str(root)) is False
+        assert archive_env_run.fn("textworld", str(ws), str(root)) is False
         assert json.loads(target.read_text()) == project and not md.exists()
+        assert not (root / "reports").exists()
 
         fresh = {"textworld": {"sft": {**row, "real_steps": None}}, "_provenance": {"env": "tw"}}
         (ws / "metrics" / "table1.json").write_text(json.dumps({**project, **fresh}))
-        assert merge_table1.fn("textworld", str(ws), str(root)) is True
+        assert archive_env_run.fn("textworld", str(ws), str(root)) is True
         merged = json.loads(target.read_text())
         assert merged["textworld"] == fresh["textworld"] and merged["miniwob"] == project["miniwob"]
         assert merged["_provenance_by_env"] == {
             "miniwob": {"env": "miniwob"},
             "textworld": {"env": "tw"},
         }
+        assert merged["_provenance"] == {"env": "miniwob"}  # the project's own env's run
         assert "### miniwob" in md.read_text() and "### textworld" in md.read_text()
         names = sorted(p.name for p in (root / "metrics").iterdir())
         assert names == ["table1.json", "table1.md"]  # no temporary file left
+        archived = root / "reports" / "envs" / "textworld"
+        assert json.loads((archived / "table1.json").read_text()) == {**project, **fresh}
 
         target.write_text("{not json")
         with pytest.raises(ValueError, match=r"table1\.json: not valid JSON .*fix or delete it"):
-            merge_table1.fn("textworld", str(ws), str(root))
+            archive_env_run.fn("textworld", str(ws), str(root))
         assert target.read_text() == "{not json"
 
 
@@ -225,7 +229,9 @@ def test_env_pipelines_run_in_parallel_on_dask_in_their_own_workspaces(
     # both envs' first stages ran at the same time: the pipelines overlapped
     assert max(s["start"] for s in stamps.values()) < min(s["end"] for s in stamps.values())
     assert not (toy_project / "out").exists() and not (toy_project / "dvc.lock").exists()
-    assert _git(toy_project, "status", "--porcelain") == "?? metrics/"  # the seeded Table 1
+    # the seeded Table 1 and the envs' archived runs
+    assert _git(toy_project, "status", "--porcelain").splitlines() == ["?? metrics/", "?? reports/"]
+    assert sorted(p.name for p in (toy_project / "reports" / "envs").iterdir()) == sorted(ENVS)
     # each env's rows were merged into the project's Table 1, the other env's kept
     table = json.loads((toy_project / "metrics" / "table1.json").read_text())
     assert {k for k in table if not k.startswith("_")} == {"miniwob", *ENVS}
