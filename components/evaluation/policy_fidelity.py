@@ -11,7 +11,20 @@ the success rates are compared per task family, beside trivial baselines:
 - the dream's gain of one policy over another against ``gain_error_none``: predicting
   no change at all.
 
-Rows are plain dicts: ``method, side ("dream" | "real"), task_id, family, pass, won``.
+Open loop: the gap between the two sides has two sources. Each dreamt episode's actions are
+replayed in the real env (``replay_won``), so that
+
+    dream - real = (dream - open loop)  +  (open loop - real)
+                    the dream's verdict     closed-loop divergence: real observations
+                    on its own episodes     steer the policy to other actions
+
+The first is the experience model calling an action sequence a win the real env does not
+(or missing one); the second is the dream showing states the real env does not, so the
+same policy acts differently. The trivial baseline of the verdict's precision (the share
+of dreamt wins that replay as real wins) is the policy's real success rate.
+
+Rows are plain dicts: ``method, side ("dream" | "real"), task_id, family, pass, won``,
+plus ``actions`` and, on dream rows, ``replay_won``.
 """
 
 from __future__ import annotations
@@ -27,6 +40,8 @@ from components.schema import Task
 
 DREAM, REAL = "dream", "real"
 SIDES = (DREAM, REAL)
+OPEN_LOOP = "open_loop"  # the real env's verdict on the dreamt episodes' actions
+REPLAY_WON = "replay_won"  # on a dream row: its actions, replayed in the real env, won
 
 
 def select_games(tasks: Iterable[Task], per_family: int, seed: int) -> list[Task]:
@@ -89,7 +104,7 @@ def method_fidelity(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     pooled_real = float(np.mean(list(side[REAL].values()))) if side[REAL] else 0.0
     errors = [abs(f["gap"]) for f in families.values()]
     constant = [abs(pooled_real - f["real"]) for f in families.values()]
-    return {
+    out = {
         DREAM: _rate(side[DREAM]),
         REAL: _rate(side[REAL]),
         "gap": _paired(side[DREAM], side[REAL], seed=1),
@@ -97,6 +112,38 @@ def method_fidelity(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         "family_mae": float(np.mean(errors)) if errors else 0.0,
         "family_mae_constant": float(np.mean(constant)) if constant else 0.0,
         "episodes": sum(r["side"] == REAL for r in rows),
+    }
+    loop = open_loop_fidelity(rows)
+    if loop is not None:
+        out[OPEN_LOOP] = loop
+        replayed = _per_task(
+            {**r, "won": r[REPLAY_WON]} for r in rows if r["side"] == DREAM and REPLAY_WON in r
+        )
+        for fam, f in families.items():
+            f[OPEN_LOOP] = float(np.mean([v for t, v in replayed.items() if family_of[t] == fam]))
+    return out
+
+
+def open_loop_fidelity(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
+    """The gap split in two: the dream's verdict on its own episodes (dream - open loop) and
+    closed-loop divergence (open loop - real); None without replayed dream rows."""
+    dream = [r for r in rows if r["side"] == DREAM and REPLAY_WON in r]
+    if not dream:
+        return None
+    dreamt = _per_task(dream)
+    replayed = _per_task({**r, "won": r[REPLAY_WON]} for r in dream)
+    real = _per_task(r for r in rows if r["side"] == REAL)
+    wins = [bool(r[REPLAY_WON]) for r in dream if r["won"]]
+    losses = [bool(r[REPLAY_WON]) for r in dream if not r["won"]]
+    return {
+        "success": _rate(replayed),
+        "verdict_error": _paired(dreamt, replayed, seed=4),
+        "closed_loop_divergence": _paired(replayed, real, seed=5),
+        "dream_wins": len(wins),
+        "precision": float(np.mean(wins)) if wins else None,  # dreamt wins that are real
+        "precision_baseline": float(np.mean(list(real.values()))) if real else None,
+        "dream_losses": len(losses),
+        "missed_wins": int(sum(losses)),  # dreamt losses whose actions win in the real env
     }
 
 
@@ -159,9 +206,30 @@ def markdown(env: str, doc: Mapping[str, Any]) -> str:
             f"| {m} | family MAE | {100 * f['family_mae']:.1f} | constant: "
             f"{100 * f['family_mae_constant']:.1f} | |"
         )
+        if OPEN_LOOP in f:
+            lines.append(_open_loop_line(m, f[OPEN_LOOP]))
     for name, g in doc["gains"].items():
         lines.append(
             f"| gain {name} | all | {100 * g[DREAM]['diff']:+.1f} | {100 * g[REAL]['diff']:+.1f} "
             f"| error {100 * g['error']:.1f} (no-change: {100 * g['gain_error_none']:.1f}) |"
         )
     return "\n".join(lines) + "\n"
+
+
+def _open_loop_line(method: str, loop: Mapping[str, Any]) -> str:
+    """One table row: the open-loop replay's split of the gap."""
+    v, d = loop["verdict_error"], loop["closed_loop_divergence"]
+    prec = loop["precision"]
+    precision = "n/a" if prec is None else f"{100 * prec:.1f}"
+    replayed = 100 * loop["success"]["success"]
+    return (
+        f"| {method} | open loop (dreamt actions, real env) | {replayed:.1f} "
+        f"| precision {precision} (base rate {100 * (loop['precision_baseline'] or 0):.1f}), "
+        f"{loop['missed_wins']}/{loop['dream_losses']} losses win | "
+        f"verdict {100 * v['diff']:+.1f}, divergence {100 * d['diff']:+.1f} |"
+    )
+
+
+def markdown_all(table: Mapping[str, Any]) -> str:
+    """Every env's figure of a side-by-side policy_fidelity.json, one section each."""
+    return "".join(markdown(env, d) + "\n" for env, d in sorted(table.items()) if env[0] != "_")

@@ -7,15 +7,20 @@ DreamGym run dreamt) and once in the real env. ``metrics/policy_fidelity.json`` 
 per env, each policy's success on both sides per family and the dream's gain of each
 later method over the first beside the real gain (components/evaluation/policy_fidelity.py).
 
-Real steps here are evaluation on train games, counted in ``real_steps``; no policy
-trains on them, and test games are never played.
+Open loop: every dreamt episode's actions are also replayed in the real env, which splits
+the dream-real gap into the dream's verdict on its own episodes and closed-loop divergence
+(components/evaluation/policy_fidelity.py); ``data/policy_fidelity.jsonl`` keeps every
+episode's actions.
+
+Real steps here are evaluation on train games, counted in ``real_steps`` (the replays in
+``replay_steps``); no policy trains on them, and test games are never played.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -110,11 +115,40 @@ def play(
                         "pass": p,
                         "won": bool(ep.won),
                         "steps": len(ep.turns),
+                        "actions": [t.act.action for t in ep.turns],
                     }
                 )
             bar.update(len(part))
     bar.close()
     return rows
+
+
+def replay(
+    venv: Any, games: Mapping[str, Task], rows: Sequence[dict[str, Any]], chunk: int
+) -> None:
+    """Each row's actions replayed open loop in ``venv`` (the real env), ``chunk`` episodes
+    at a time: sets the row's ``replay_won``."""
+    from components.envs.base import step_won
+    from components.evaluation.policy_fidelity import REPLAY_WON
+    from components.progress import progress_bar
+
+    bar = progress_bar(total=len(rows), desc="open-loop replay", unit="episode")
+    for i in range(0, len(rows), chunk):
+        part = rows[i : i + chunk]
+        venv.reset([games[r["task_id"]] for r in part])
+        won = [False] * len(part)
+        for t in range(max(len(r["actions"]) for r in part)):
+            live = venv.active
+            actions = [
+                r["actions"][t] if live[s] and t < len(r["actions"]) else None
+                for s, r in enumerate(part)
+            ]
+            for s, out in enumerate(venv.step(actions)):
+                won[s] = won[s] or (out is not None and step_won(out[4], float(out[1])))
+        for r, w in zip(part, won, strict=True):
+            r[REPLAY_WON] = w
+        bar.update(len(part))
+    bar.close()
 
 
 def policy_fidelity(cfg: Config, paths: Paths) -> dict[str, Any]:
@@ -128,6 +162,7 @@ def policy_fidelity(cfg: Config, paths: Paths) -> dict[str, Any]:
         DREAM,
         REAL,
         markdown,
+        markdown_all,
         select_games,
         summarise,
     )
@@ -137,7 +172,7 @@ def policy_fidelity(cfg: Config, paths: Paths) -> dict[str, Any]:
     pf = cfg.policy_fidelity
     seed = cfg.agent.seeds[0]  # one policy per method: the first training seed's
     rows: list[dict[str, Any]] = []
-    real_steps = 0
+    real_steps = replay_steps = 0
     data = {"tasks": paths.tasks_file}
     with stage_run(
         "policy_fidelity", "evaluation", cfg, ("policy_fidelity",), paths.root, data
@@ -148,6 +183,7 @@ def policy_fidelity(cfg: Config, paths: Paths) -> dict[str, Any]:
         ]
         if not games:
             raise ValueError("no train game the experience model can start: run collect first")
+        by_id = {g.task_id: g for g in games}
         real = EnvList(factory=env_factory(cfg.env, paths.root))
         try:
             for method in pf.methods:
@@ -169,7 +205,12 @@ def policy_fidelity(cfg: Config, paths: Paths) -> dict[str, Any]:
                         max_new_tokens=cfg.agent.eval.max_new_tokens,
                     )
                     rows += [{**r, "method": method, "side": side} for r in played]
-            real_steps = real.real_steps
+                dreamt = [r for r in rows if r["method"] == method and r["side"] == DREAM]
+                log.info("policy fidelity: %s's dreamt episodes replayed in the real env", method)
+                before = real.real_steps
+                replay(real, by_id, dreamt, chunk=cfg.agent.eval.parallel_envs)
+                replay_steps += real.real_steps - before
+            real_steps = real.real_steps - replay_steps
         finally:
             real.close()
         doc = summarise(rows, pf.methods)
@@ -178,6 +219,7 @@ def policy_fidelity(cfg: Config, paths: Paths) -> dict[str, Any]:
             "passes": pf.passes,
             "policy_seed": seed,
             "real_steps": real_steps,
+            "replay_steps": replay_steps,  # open loop: the dreamt episodes' actions, real env
             "max_steps": {DREAM: cfg.synthetic.max_steps, REAL: cfg.env.max_steps},
         }
         run.log_metrics(_flat(doc))
@@ -193,19 +235,24 @@ def policy_fidelity(cfg: Config, paths: Paths) -> dict[str, Any]:
     table = _merge(paths.metrics / POLICY_FIDELITY_METRICS, cfg.env.name, doc, keep_other_envs)
     _write_rows(paths.data / EPISODES_FILE, rows)
     write_json(paths.metrics / POLICY_FIDELITY_METRICS, table)
-    text = "".join(markdown(env, d) + "\n" for env, d in sorted(table.items()) if env[0] != "_")
-    (paths.metrics / POLICY_FIDELITY_MARKDOWN).write_text(text, encoding="utf-8")
+    (paths.metrics / POLICY_FIDELITY_MARKDOWN).write_text(markdown_all(table), encoding="utf-8")
     log.info("policy fidelity:\n%s", markdown(cfg.env.name, doc))
     return _flat(doc)
 
 
 def _flat(doc: dict[str, Any]) -> dict[str, float]:
     """The figure's headline numbers as flat MLflow metric keys."""
-    from components.evaluation.policy_fidelity import SIDES
+    from components.evaluation.policy_fidelity import OPEN_LOOP, SIDES
 
     out = {f"{m}.{side}": f[side]["success"] for m, f in doc["methods"].items() for side in SIDES}
     out |= {f"{m}.family_mae": f["family_mae"] for m, f in doc["methods"].items()}
     out |= {f"gain.{g}.error": v["error"] for g, v in doc["gains"].items()}
+    for m, f in doc["methods"].items():
+        if OPEN_LOOP in f:
+            loop = f[OPEN_LOOP]
+            out[f"{m}.{OPEN_LOOP}"] = loop["success"]["success"]
+            out[f"{m}.{OPEN_LOOP}.verdict_error"] = loop["verdict_error"]["diff"]
+            out[f"{m}.{OPEN_LOOP}.closed_loop_divergence"] = loop["closed_loop_divergence"]["diff"]
     return out | numbers(doc)
 
 

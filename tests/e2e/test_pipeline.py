@@ -238,7 +238,16 @@ def test_policy_fidelity_plays_the_same_train_games_in_the_dream_and_for_real(ra
         assert f["dream"]["tasks"] == f["real"]["tasks"] == doc["games"]
         assert f["episodes"] == doc["games"] * doc["passes"]
         assert f["families"] and f["family_mae"] >= 0 and f["family_mae_constant"] >= 0
+        # every dreamt episode replayed open loop: the gap's two parts add up to it
+        loop = f["open_loop"]
+        parts = loop["verdict_error"]["diff"] + loop["closed_loop_divergence"]["diff"]
+        assert parts == pytest.approx(f["gap"]["diff"])
+        assert loop["dream_wins"] + loop["dream_losses"] == f["episodes"]
+    assert doc["replay_steps"] > 0
     assert "dreamgym_grpo-sft" in doc["gains"]
-    rows = (ran / "data" / "policy_fidelity.jsonl").read_text().splitlines()
+    lines = (ran / "data" / "policy_fidelity.jsonl").read_text().splitlines()
+    rows = [json.loads(line) for line in lines]
     assert len(rows) == 2 * 2 * doc["games"] * doc["passes"]  # methods x sides
+    assert all(len(r["actions"]) == r["steps"] for r in rows)
+    assert all(("replay_won" in r) == (r["side"] == "dream") for r in rows)
     assert "| sft | all |" in (ran / "metrics" / "policy_fidelity.md").read_text()

@@ -69,3 +69,72 @@ def test_games_are_a_seeded_sample_of_train_games_per_family():
     assert not {"v0", "g0"} & {t.task_id for t in picked}
     assert picked == select_games(tasks, per_family=3, seed=0)
     assert {t.task_id for t in select_games(tasks, 3, seed=1)} != {t.task_id for t in picked}
+
+
+def _replayed(rows, replay_won: dict[tuple[str, int], int]):
+    """Dream rows with the open-loop verdict of their actions; real rows unchanged."""
+    return [
+        {**r, "replay_won": bool(replay_won[(r["task_id"], r["pass"])])}
+        if r["side"] == "dream"
+        else r
+        for r in rows
+    ]
+
+
+def test_open_loop_splits_the_gap_into_the_dreams_verdict_and_closed_loop_divergence():
+    # dreamt B wins: half of them are real wins when replayed (the verdict is half wrong);
+    # a1's dreamt loss wins when replayed (a missed win); a1's dreamt win replays as a win
+    verdict = {("a1", 0): 1, ("a1", 1): 1, ("a2", 0): 0, ("a2", 1): 0}
+    verdict |= {("b1", 0): 1, ("b1", 1): 1, ("b2", 0): 0, ("b2", 1): 0}
+    f = method_fidelity(_replayed(SFT, verdict))
+    loop = f["open_loop"]
+    assert loop["success"]["success"] == pytest.approx(0.5)  # 4 of 8 replays win
+    assert loop["verdict_error"]["diff"] == pytest.approx(0.625 - 0.5)
+    assert loop["closed_loop_divergence"]["diff"] == pytest.approx(0.5 - 0.125)
+    total = loop["verdict_error"]["diff"] + loop["closed_loop_divergence"]["diff"]
+    assert total == pytest.approx(f["gap"]["diff"])  # the two parts add up to the gap
+    assert (loop["dream_wins"], loop["precision"]) == (5, pytest.approx(3 / 5))
+    assert loop["precision_baseline"] == pytest.approx(0.125)  # the real success rate
+    assert (loop["dream_losses"], loop["missed_wins"]) == (3, 1)
+    assert f["families"]["B"]["open_loop"] == pytest.approx(0.5)
+    text = markdown("scienceworld", {"methods": {"sft": f}, "gains": {}})
+    assert "| sft | open loop (dreamt actions, real env) | 50.0 | precision 60.0" in text
+    assert "1/3 losses win | verdict +12.5, divergence +37.5 |" in text
+    assert "open_loop" not in method_fidelity(SFT)  # nothing replayed: no split
+
+
+class _Lock:
+    """A real-env stand-in for the replay's bookkeeping: wins on 'open' after 'key',
+    ends the episode on 'quit'."""
+
+    name = "lock"
+
+    def reset(self, task, seed=None):
+        self.seen = []
+        return "a locked door", {}
+
+    def step(self, action):
+        self.seen.append(action)
+        won = self.seen[-2:] == ["key", "open"]
+        done = won or action == "quit"
+        return "ok", float(won), done, False, {"won": won}
+
+    def close(self):
+        pass
+
+
+def test_replay_plays_each_dreamt_episodes_actions_open_loop():
+    from components.envs.vector import EnvList
+    from components.stages.policy_fidelity import replay
+
+    games = {t: make_task(task_id=t) for t in ("g1", "g2", "g3")}
+    rows = [
+        {"task_id": "g1", "actions": ["look", "key", "open"]},  # wins on its last step
+        {"task_id": "g2", "actions": ["quit", "key", "open"]},  # over before the win
+        {"task_id": "g3", "actions": ["key"]},  # too short
+        {"task_id": "g1", "actions": ["key", "open", "look", "look"]},  # wins, then ended
+    ]
+    venv = EnvList(factory=_Lock)
+    replay(venv, games, rows, chunk=3)
+    assert [r["replay_won"] for r in rows] == [True, False, False, True]
+    assert venv.real_steps == 3 + 1 + 1 + 2  # nothing is stepped after an episode ends
