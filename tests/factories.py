@@ -192,3 +192,43 @@ def each_rl_algo(
 
     configs = [grpo_config(**shared, **(grpo or {})), ppo_config(**shared, **(ppo or {}))]
     return pytest.mark.parametrize("cfg", configs, ids=["grpo", "ppo"])
+
+
+def table1_row(success: float) -> dict[str, Any]:
+    """One method's Table-1 row (4 games, 2 seeds)."""
+    return {
+        "success": success,
+        "ci_low": success - 0.1,
+        "ci_high": success + 0.1,
+        "episodes": 8,
+        "tasks": 4,
+        "seeds": 2,
+        "real_steps": None,
+    }
+
+
+def run_provenance(env: str, commit: str) -> dict[str, Any]:
+    """A metrics file's ``_provenance`` of a clean ci run."""
+    return {"env": env, "git_commit": commit, "dirty": False, "profile": "ci"}
+
+
+# a project's table1.json (its own env textworld) and a clone's after a scienceworld run:
+# fresh scienceworld rows beside stale copies of the others
+TABLE1_PROJECT: dict[str, Any] = {
+    "_headline": "sampled",
+    "_provenance": run_provenance("textworld", "aaa"),
+    "_provenance_by_env": {
+        "textworld": run_provenance("textworld", "aaa"),
+        "scienceworld": run_provenance("scienceworld", "old"),
+    },
+    "textworld": {"sft": table1_row(0.4), "dpo": None},
+    "scienceworld": {"sft": table1_row(0.1), "dpo": table1_row(0.2)},
+}
+TABLE1_CLONE: dict[str, Any] = {
+    "_headline": "sampled",
+    "_provenance": run_provenance("scienceworld", "new"),
+    "_provenance_by_env": {"scienceworld": run_provenance("scienceworld", "new")},
+    "scienceworld": {"sft": table1_row(0.3), "dpo": None},
+    "textworld": {"sft": table1_row(0.9), "dpo": table1_row(0.9)},  # stale
+    "miniwob": {"sft": table1_row(0.5)},
+}

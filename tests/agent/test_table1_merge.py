@@ -6,43 +6,10 @@ from __future__ import annotations
 import copy
 
 from components.agent.table1 import markdown, merge_env_rows
+from tests.factories import TABLE1_CLONE, TABLE1_PROJECT, run_provenance, table1_row
 
-
-def _row(success: float) -> dict:
-    return {
-        "success": success,
-        "ci_low": success - 0.1,
-        "ci_high": success + 0.1,
-        "episodes": 8,
-        "tasks": 4,
-        "seeds": 2,
-        "real_steps": None,
-    }
-
-
-def _prov(env: str, commit: str) -> dict:
-    return {"env": env, "git_commit": commit, "dirty": False, "profile": "ci"}
-
-
-PROJECT = {
-    "_headline": "sampled",
-    "_provenance": _prov("textworld", "aaa"),
-    "_provenance_by_env": {
-        "textworld": _prov("textworld", "aaa"),
-        "scienceworld": _prov("scienceworld", "old"),
-    },
-    "textworld": {"sft": _row(0.4), "dpo": None},
-    "scienceworld": {"sft": _row(0.1), "dpo": _row(0.2)},
-}
-# a workspace's file: its env's fresh rows beside the (stale) committed rows of the others
-WORKSPACE = {
-    "_headline": "sampled",
-    "_provenance": _prov("scienceworld", "new"),
-    "_provenance_by_env": {"scienceworld": _prov("scienceworld", "new")},
-    "scienceworld": {"sft": _row(0.3), "dpo": None},
-    "textworld": {"sft": _row(0.9), "dpo": _row(0.9)},  # stale: must not reach the project
-    "miniwob": {"sft": _row(0.5)},
-}
+PROJECT, WORKSPACE = TABLE1_PROJECT, TABLE1_CLONE
+_row, _prov = table1_row, run_provenance
 
 
 def test_the_envs_rows_are_replaced_and_the_others_kept():
