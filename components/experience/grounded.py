@@ -91,6 +91,7 @@ from components.experience.grounded_science import (
     science_rule,
     win_conditions,
 )
+from components.experience.grounded_science_edits import science_feedback, science_names
 from components.experience.grounded_state import (  # noqa: F401
     _NEUTRAL,
     EDIT_OPERATORS,
@@ -170,6 +171,11 @@ class GroundedModel(RoomKnowledge, TaskVariants):
     )
     exits: dict[tuple[str, str, str], Counter] = field(default_factory=lambda: defaultdict(Counter))
     room_views: dict[tuple[str, str], Counter] = field(default_factory=lambda: defaultdict(Counter))
+    # ScienceWorld's world changes as steps pass (plants grow) where its text does not show
+    # it: the steps each (game, room, view) and each replayed (game, state, command, next
+    # state) was seen after, so the one nearest the episode's step is replayed
+    room_view_steps: dict[tuple[str, str, str], set[int]] = field(default_factory=dict)
+    outcome_steps: dict[tuple[str, str, str, str], set[int]] = field(default_factory=dict)
     initial: dict[str, tuple[str, tuple[str, ...]]] = field(default_factory=dict)
     templates: dict[tuple[str, str, bool], Counter] = field(
         default_factory=lambda: defaultdict(Counter)
@@ -297,7 +303,14 @@ class GroundedModel(RoomKnowledge, TaskVariants):
             key = (tid, _world_key(state), action.lower())
             for table, evidence in ((self.exact, REPLAY), (self.synthetic, SYNTHETIC_REPLAY)):
                 if key in table:
-                    ns, _, won, lost = _top(table[key])
+                    outcomes = table[key]
+                    if self.science and evidence == REPLAY and len(outcomes) > 1:
+                        at = memory.n_steps + 1
+                        ns, _, won, lost = _nearest(
+                            outcomes, lambda o: self.outcome_steps.get((*key, o[0])), at
+                        )
+                    else:
+                        ns, _, won, lost = _top(outcomes)
                     adm, fallback = self._admissible(tid, ns, admissible, _played(memory, action))
                     why = "This command was seen in this state of this game: same outcome."
                     if evidence == SYNTHETIC_REPLAY:
@@ -329,7 +342,7 @@ class GroundedModel(RoomKnowledge, TaskVariants):
         evidence = EDIT
         fixed = None
         if self.science:
-            fixed = science_rule(verb, x, y, location, surroundings, inventory)
+            fixed = science_rule(verb, x, y, location, surroundings, inventory, action)
         if fixed is not None:  # ScienceWorld's own answer: doors, nothing to mix
             evidence, (why, feedback, nsur) = EDIT, fixed
         elif verb == "go" and valid:
@@ -339,7 +352,7 @@ class GroundedModel(RoomKnowledge, TaskVariants):
                 if rooms and nloc in rooms:
                     nsur = rooms[nloc]
                 elif self.room_views.get((tid, nloc)):
-                    nsur = _top(self.room_views[(tid, nloc)])
+                    nsur = self._view_at(tid, nloc, memory.n_steps + 1)
                 evidence, why = MAP, f"Going {x} from the {location} leads to the {nloc}."
                 feedback = f"You are in the {nloc}."
             elif (named := self._named_room(tid, x, rooms)) not in (None, location):
@@ -350,7 +363,7 @@ class GroundedModel(RoomKnowledge, TaskVariants):
                 feedback = f"You move to the {nloc}."
             elif (guess := self._guess_room(tid, location, x)) is not None:
                 nloc = guess
-                nsur = (rooms or {}).get(nloc) or _top(self.room_views[(tid, nloc)])
+                nsur = (rooms or {}).get(nloc) or self._view_at(tid, nloc, memory.n_steps + 1)
                 evidence, why = MAP, f"The {nloc} has an unexplored exit back {OPPOSITE[x]}."
                 feedback = f"You are in the {nloc}."
             else:
@@ -363,10 +376,14 @@ class GroundedModel(RoomKnowledge, TaskVariants):
             op = self.edits.get((verb, prep), "none") if valid else "none"
             if op != "none":
                 nsur, ninv = _apply_edit(op, surroundings, inventory, x, prep, y)
-            feedback = self._feedback(verb, prep, valid, x, y)
+            names, fixed_fb = (x, y), None
+            if self.science:  # its fixed answers, else a learned template with its names
+                names = science_names(surroundings, inventory, verb, x, y)
+                fixed_fb = science_feedback(action, location, surroundings, inventory)
+            feedback = (valid and fixed_fb) or self._feedback(verb, prep, valid, *names)
             why = (
                 f"'{verb}' is {'admissible' if valid else 'not admissible'} here; "
-                f"learned effect: {op.replace('_', ' ')}."
+                f"learned effect: {op.removeprefix('sci_').replace('_', ' ')}."
             )
         next_state = render_state(nloc, nsur, ninv, feedback)
         adm, fallback = self._admissible(tid, next_state, admissible, _played(memory, action))
@@ -403,6 +420,13 @@ class GroundedModel(RoomKnowledge, TaskVariants):
                 if text is not None:
                     return text
         return UNCHANGED_FEEDBACK
+
+    def _view_at(self, task_id: str, room: str, step: int) -> str:
+        """The recorded view of ``room``: on ScienceWorld the one seen nearest ``step``."""
+        views = self.room_views[(task_id, room)]
+        if not self.science:
+            return _top(views)
+        return _nearest(views, lambda v: self.room_view_steps.get((task_id, room, v)), step)
 
     def _feedback(self, verb: str, prep: str, valid: bool, x: str, y: str) -> str:
         key = (verb, prep, valid)
@@ -490,6 +514,17 @@ def _restore(default: Any, v: Any) -> Any:
         out.update(v)
         return out
     return v
+
+
+def _nearest(counts: Counter, steps_of: Any, step: int) -> Any:
+    """The key of ``counts`` seen nearest ``step`` (``steps_of(key)``: its steps, or None),
+    the most counted on ties, then the first counted."""
+
+    def distance(key: Any) -> int:
+        seen = steps_of(key)
+        return min(abs(step - s) for s in seen) if seen else 1 << 30
+
+    return min(counts, key=lambda k: (distance(k), -counts[k]))
 
 
 def _played(memory: EpisodeMemory, action: str) -> list[str]:

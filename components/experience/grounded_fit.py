@@ -27,6 +27,7 @@ from components.experience.grounded_science import (
     unlisted_gold,
     win_conditions,
 )
+from components.experience.grounded_science_edits import SCIENCE_EDIT_OPERATORS, science_names
 from components.experience.grounded_state import (
     EDIT_OPERATORS,
     apply_edit,
@@ -52,6 +53,7 @@ def fit_tables(model: GroundedModel, trajectories: Sequence[Trajectory]) -> dict
     if not real:
         raise ValueError("the grounded experience model needs real trajectories")
     edit_hits: dict[tuple[str, str], Counter] = defaultdict(Counter)
+    edit_seen: Counter = Counter()  # valid in-room commands per (verb, preposition)
     feats, won, lost, games = [], [], [], []
     page_hits = Counter()
     for traj in real:
@@ -74,6 +76,7 @@ def fit_tables(model: GroundedModel, trajectories: Sequence[Trajectory]) -> dict
         for t in real:
             if t.policy == EXPERT and t.success:
                 model.gold_path.setdefault(t.task_id, tuple(s.action for s in t.steps))
+    operators = EDIT_OPERATORS + (SCIENCE_EDIT_OPERATORS if model.science else ())
     # the env's list cap (ScienceWorld's max_admissible), as the data shows it
     cap = max((len(s.admissible_actions or ()) for t in real for s in t.steps), default=0)
     for mem, s, was_lost in episode_rows(real):
@@ -103,14 +106,17 @@ def fit_tables(model: GroundedModel, trajectories: Sequence[Trajectory]) -> dict
         loc1, sur1, inv1 = split_state(s.next_state)
         valid = bool(s.admissible_actions and s.action in s.admissible_actions)
         fb = s.next_state.rsplit("Feedback: ", 1)[-1] if "Feedback: " in s.next_state else ""
-        if verb != "go":
-            model.templates[(verb, prep, valid)][feedback_template(fb, x, y)] += 1
+        if verb != "go":  # ScienceWorld's feedback names the listed object ("glass cup")
+            fx, fy = science_names(sur0, inv0, verb, x, y) if model.science else (x, y)
+            model.templates[(verb, prep, valid)][feedback_template(fb, fx, fy)] += 1
         if valid and verb != "go" and loc0 == loc1:
-            for op in EDIT_OPERATORS:
+            edit_seen[(verb, prep)] += 1
+            for op in operators:
                 edit_hits[(verb, prep)][op] += apply_edit(op, sur0, inv0, x, prep, y) == (
                     sur1,
                     inv1,
                 )
+    # ties go to the first operator: "none" before any edit
     model.edits = {k: c.most_common(1)[0][0] for k, c in edit_hits.items()}
     x_all = np.asarray(feats, np.float32)
     y_won, y_lost = np.asarray(won), np.asarray(lost)
@@ -124,6 +130,7 @@ def fit_tables(model: GroundedModel, trajectories: Sequence[Trajectory]) -> dict
         "losses": int(y_lost.sum()),
         "games": len(set(games)),
         "edit_verbs": len(model.edits),
+        **edit_match(model.edits, edit_hits, edit_seen),
         "templates": sum(len(c) for c in model.templates.values()),
         **stats,
         **(
@@ -131,6 +138,31 @@ def fit_tables(model: GroundedModel, trajectories: Sequence[Trajectory]) -> dict
             if model.pages
             else {}
         ),
+    }
+
+
+def edit_match(
+    edits: dict[tuple[str, str], str], hits: dict[tuple[str, str], Counter], seen: Counter
+) -> dict[str, Any]:
+    """How often the learned edits reproduce the next state of a valid in-room command,
+    beside "nothing changes" on the same commands; per verb where it has >= 20."""
+    n = sum(seen.values())
+    if not n:
+        return {}
+    by_verb = {
+        " ".join(filter(None, k)): {
+            "n": seen[k],
+            "edit": edits[k],
+            "match": round(hits[k][edits[k]] / seen[k], 3),
+            "unchanged": round(hits[k]["none"] / seen[k], 3),
+        }
+        for k in sorted(seen, key=lambda k: (-seen[k], k))
+        if seen[k] >= 20
+    }
+    return {
+        "edit_match": round(sum(hits[k][e] for k, e in edits.items()) / n, 4),
+        "edit_match_unchanged": round(sum(hits[k]["none"] for k in edits) / n, 4),
+        "edit_match_by_verb": by_verb,
     }
 
 
@@ -151,6 +183,11 @@ def _index(model: GroundedModel, s: Transition, lost: bool, adm: tuple[str, ...]
     key = world_key(s.state)
     outcome = (s.next_state, s.reward, s.done and s.reward == 1, lost)
     model.exact[(s.task_id, key, s.action.lower())][outcome] += 1
+    if model.science:  # its world changes with time: when each outcome was seen
+        steps = model.outcome_steps.setdefault(
+            (s.task_id, key, s.action.lower(), s.next_state), set()
+        )
+        steps.add(s.step_index + 1)
     if adm:
         model.admissible_by_state[(s.task_id, key)] = adm
         loc, _, _ = split_state(s.state)
@@ -161,6 +198,9 @@ def _index(model: GroundedModel, s: Transition, lost: bool, adm: tuple[str, ...]
     if verb == "go" and loc1 != loc0:
         model.exits[(s.task_id, loc0, x)][loc1] += 1
         model.room_views[(s.task_id, loc1)][sur1] += 1
+        if model.science:
+            view = model.room_view_steps.setdefault((s.task_id, loc1, sur1), set())
+            view.add(s.step_index + 1)
 
 
 def _fit_classifiers(

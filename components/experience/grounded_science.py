@@ -24,7 +24,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 
-from components.memory import EpisodeMemory, command_content, content_words
+from components.experience.grounded_science_edits import look_answer
+from components.memory import OPPOSITE, EpisodeMemory, command_content, content_words
 
 _FOCUS = re.compile(r"focus on (?:the )?([^.]+)", re.IGNORECASE)
 _BOX = re.compile(r"\b(\w+) box\b")
@@ -328,8 +329,11 @@ def mix_refused(text: str, container: str) -> str | None:
     return f"There is only one thing ({held[0].strip()})"
 
 
+_UNKNOWN = "No known action matches that input."
+
+
 def science_rule(
-    verb: str, x: str, y: str, location: str, surroundings: str, inventory: str
+    verb: str, x: str, y: str, location: str, surroundings: str, inventory: str, command: str = ""
 ) -> tuple[str, str, str] | None:
     """(why, feedback, surroundings after) where ScienceWorld's answer is fixed, else None:
     ``look around`` names this room, ``go`` only through an open door of this room, ``mix``
@@ -339,6 +343,13 @@ def science_rule(
     edit never touched "(that is closed)"."""
     if verb == "look" and x == "around":  # the env's own words (a template named a room)
         return "Looking changes nothing.", f"You look around the {location}.", surroundings
+    if verb == "go" and x in OPPOSITE:  # 162 of 162 real compass moves
+        return "ScienceWorld goes to rooms by name.", _UNKNOWN, surroundings
+    if verb == "look" and (answer := look_answer(command, surroundings, inventory)) is not None:
+        return (*answer, surroundings)
+    named = x.removesuffix(" door")  # "open kitchen door" is the door to the kitchen
+    if verb in ("open", "close") and not y and named != x and f"to the {named} (" in surroundings:
+        x, y = "door", named
     if verb == "go" and (shut := door_shut(surroundings, x)) is not None:
         return f"The way to the {x} is not open from here.", shut, surroundings
     if verb == "mix" and (alone := mix_refused(surroundings + " " + inventory, x)) is not None:
@@ -347,7 +358,7 @@ def science_rule(
         door = re.compile(rf"(door to the {re.escape(y)} \(that is )(open|closed)\)")
         match = door.search(surroundings)
         if match is None:  # no such door in view (the env still lists the expert's next)
-            return f"No door to the {y} here.", "No known action matches that input.", surroundings
+            return f"No door to the {y} here.", _UNKNOWN, surroundings
         want = "open" if verb == "open" else "closed"
         if match.group(2) == want:
             return (

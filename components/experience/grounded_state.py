@@ -1,7 +1,8 @@
 """The compact TextWorld state as the grounded model reads and edits it.
 
 Parsing (commands, exits, listed objects), rendering, feedback templates, the state edit
-operators a verb may apply (components/experience/grounded.py learns which) and memoised
+operators a verb may apply (components/experience/grounded_fit.py learns which;
+ScienceWorld's own are in grounded_science_edits.py) and memoised
 forms of them for the prediction path.
 """
 
@@ -14,6 +15,7 @@ from functools import lru_cache
 from operator import itemgetter
 from typing import Any
 
+from components.experience.grounded_science_edits import SCIENCE_EDIT_OPERATORS, science_edit
 from components.memory import OPPOSITE, command_content, split_state
 
 _WS = re.compile(r"\s+")
@@ -131,6 +133,8 @@ def apply_edit(
     op: str, surroundings: str, inventory: str, x: str, prep: str, y: str
 ) -> tuple[str, str]:
     """(surroundings, inventory) after edit operator ``op``."""
+    if op in SCIENCE_EDIT_OPERATORS:
+        return science_edit(op, surroundings, inventory, x, y)
     inv_items = [] if inventory in ("", "nothing") else [i.strip() for i in inventory.split(",")]
     if op == "to_inventory":
         inv = [*inv_items, _article(x)] if x else inv_items

@@ -176,11 +176,14 @@ def train_grounded(cfg: Config, paths: Paths, variant: str) -> dict[str, Any]:
         shutil.rmtree(tmp, ignore_errors=True)
         model.save(tmp)
         meta = {"base_model": GROUNDED, "variant": variant, "settings": settings.__dict__}
+        # which edit each verb learned and how often it reproduces the real next state
+        meta["edit_match_by_verb"] = stats.get("edit_match_by_verb", {})
         (tmp / "meta.json").write_text(json.dumps(meta, indent=2, sort_keys=True))
         shutil.rmtree(out, ignore_errors=True)
         tmp.rename(out)
         metrics = {**stats, "fit_seconds": round(time.perf_counter() - start, 2)}
         run.log_metrics(numbers(metrics))
+        run.log_dict(meta["edit_match_by_verb"], "edits.json")
         version = None
         if variant == "full":
             version = register_experience_model(run, cfg, out, GROUNDED)
