@@ -16,6 +16,7 @@ BENCHMARKS = (
     "bench.admissible_commands",
     "bench.counterfactual_wins",
     "bench.policy_designs",
+    "bench.cpu_kernels",
     "bench.generation",
     "bench.gpu_decode",  # CUDA only: elsewhere it leaves the committed GPU results alone
     "bench.decode_profile",  # CUDA only, likewise
