@@ -210,19 +210,6 @@ def keep_other_envs(table: Table, previous: Mapping[str, Any], env: str) -> Tabl
     return out
 
 
-def merge_env_rows(
-    project_table: Mapping[str, Any], workspace_table: Mapping[str, Any], env: str
-) -> Table:
-    """``project_table`` with ``env``'s rows (and that run's provenance) taken from
-    ``workspace_table`` (another checkout's table1.json); the other envs' rows stay. Unchanged
-    when ``workspace_table`` has no rows for ``env``."""
-    rows = workspace_table.get(env)
-    if not isinstance(rows, dict):
-        return dict(project_table)
-    own = {k: v for k, v in workspace_table.items() if k in ("_provenance", "_headline")}
-    return keep_other_envs({**own, env: rows}, project_table, env)
-
-
 def markdown(table: Table) -> str:
     """The table as markdown, one section per env; methods not evaluated say so."""
     lines: list[str] = []
