@@ -94,13 +94,31 @@ def test_open_loop_splits_the_gap_into_the_dreams_verdict_and_closed_loop_diverg
     total = loop["verdict_error"]["diff"] + loop["closed_loop_divergence"]["diff"]
     assert total == pytest.approx(f["gap"]["diff"])  # the two parts add up to the gap
     assert (loop["dream_wins"], loop["precision"]) == (5, pytest.approx(3 / 5))
-    assert loop["precision_baseline"] == pytest.approx(0.125)  # the real success rate
+    # the trivial verdict "all dreamt episodes win" is right as often as the replays win
+    assert loop["precision_baseline"] == pytest.approx(0.5)
     assert (loop["dream_losses"], loop["missed_wins"]) == (3, 1)
     assert f["families"]["B"]["open_loop"] == pytest.approx(0.5)
     text = markdown("scienceworld", {"methods": {"sft": f}, "gains": {}})
     assert "| sft | open loop (dreamt actions, real env) | 50.0 | precision 60.0" in text
     assert "1/3 losses win | verdict +12.5, divergence +37.5 |" in text
     assert "open_loop" not in method_fidelity(SFT)  # nothing replayed: no split
+
+
+def test_the_gains_open_loop_part_is_the_real_gain_of_the_dreamt_actions():
+    rl = _rows("rl", "dream", {"a1": [1, 1], "a2": [1, 1], "b1": [1, 1], "b2": [1, 1]}, FAMILY)
+    rl += _rows("rl", "real", {"a1": [1, 1], "a2": [1, 0], "b1": [0, 0], "b2": [0, 0]}, FAMILY)
+    sft_won = {("a1", 0): 1, ("a1", 1): 0, ("a2", 0): 0, ("a2", 1): 0}
+    sft_won |= {("b1", 0): 0, ("b1", 1): 0, ("b2", 0): 0, ("b2", 1): 0}
+    rl_won = {("a1", 0): 1, ("a1", 1): 1, ("a2", 0): 1, ("a2", 1): 1}
+    rl_won |= {("b1", 0): 1, ("b1", 1): 0, ("b2", 0): 0, ("b2", 1): 0}
+    rows = _replayed(SFT, sft_won) + _replayed(rl, rl_won)
+    gain = summarise(rows, ["sft", "rl"])["gains"]["rl-sft"]
+    # replays: rl wins 5 of 8, sft 1 of 8, paired over the 4 games
+    assert gain["open_loop"]["diff"] == pytest.approx(5 / 8 - 1 / 8)
+    assert gain["open_loop"]["tasks"] == 4
+    assert "open_loop" not in summarise(SFT + rl, ["sft", "rl"])["gains"]["rl-sft"]
+    text = markdown("textworld", summarise(rows, ["sft", "rl"]))
+    assert "| gain rl-sft | open loop (dreamt actions, real env) | +50.0 | | |" in text
 
 
 class _Lock:
