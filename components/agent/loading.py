@@ -69,6 +69,8 @@ def load_policy(
     policy = PolicyModel.from_dir(path)
     if trainable and acfg is not None and acfg.lora:
         policy.add_lora(LoraSettings(r=acfg.lora_r, alpha=acfg.lora_alpha))
+    if trainable and acfg is not None and acfg.gradient_checkpointing:
+        policy.enable_gradient_checkpointing()
     if not trainable and serving is not None and serving.policy_backend == "openai":
         from components.lm.serving import policy_backend, policy_model_name
 

@@ -228,6 +228,24 @@ class PolicyModel(TrainablePolicy):
             policy.add_lora(lora)
         return policy
 
+    def enable_gradient_checkpointing(self) -> None:
+        """Recompute activations in training-mode backward passes (rollouts are unchanged)."""
+        # non-reentrant: works with frozen embeddings (LoRA) without enable_input_require_grads;
+        # transformers 5.x renamed the switch (the old name warns, older releases lack the new)
+        kwargs = {"use_reentrant": False}
+        if hasattr(self.model, "activation_checkpointing_enable"):
+            self.model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
+        else:
+            self.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
+
+    @property
+    def checkpoints_activations(self) -> bool:
+        """Whether training-mode backward passes recompute activations."""
+        flag = getattr(self.model, "is_activation_checkpointing", None)
+        if flag is None:
+            flag = self.model.is_gradient_checkpointing
+        return bool(flag)
+
     def add_lora(self, lora: LoraSettings) -> None:
         """Wrap the model with LoRA adapters: only they train; the frozen base is the reference."""
         from peft import LoraConfig, get_peft_model

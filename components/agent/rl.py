@@ -248,6 +248,9 @@ def optimize(
         sums[name] = sums.get(name, 0.0) + value * weight
         counts[name] = counts.get(name, 0.0) + weight
 
+    # an LM policy's forward pass holds far more per turn than the scorer's: its own
+    # scoring batch caps the micro-batch (SmolLM2 at the scorer's 256 grew to 19.5 GB)
+    micro_size = min(cfg.micro_batch_size, policy.score_batch_size)
     steps = 0
     policy.model.train()
     for _ in range(cfg.epochs):
@@ -259,8 +262,8 @@ def optimize(
             n_tokens = sum(len(r.completion_ids) for r in mb)
             normalizer = float(n_tokens if cfg.aggregation == "token" else len(mb))
             optimizer.zero_grad(set_to_none=True)
-            for m in range(0, len(mb), cfg.micro_batch_size):
-                micro = mb[m : m + cfg.micro_batch_size]
+            for m in range(0, len(mb), micro_size):
+                micro = mb[m : m + micro_size]
                 loss, scores, st = turn_loss(policy, micro, cfg, normalizer, with_hidden)
                 mask = scores.mask
                 n_tok = float(mask.sum().item())

@@ -149,6 +149,11 @@ class AgentConfig(_Section):
     lora: UseLoRA = False
     lora_r: LoRARank = 16
     lora_alpha: LoRAAlpha = 32
+    gradient_checkpointing: bool = Field(
+        True,
+        description="LM policy RL updates recompute activations in the backward pass "
+        "(SmolLM2, 16 turns of 700 tokens on CPU: 6.2 GB instead of 19.0 GB, ~10% slower)",
+    )
     seed: int = Field(0, description="data subsets, init and training seed")
     sft: PolicySFTConfig = PolicySFTConfig()
     dpo: PolicyDPOConfig = PolicyDPOConfig()
@@ -176,7 +181,12 @@ class RLAlgoConfig(_Section):
     minibatch_size: int | None = Field(
         256, ge=1, description="turns per optimizer step (null = whole batch, one step/epoch)"
     )
-    micro_batch_size: int = Field(256, ge=1, description="turns per forward pass (memory only)")
+    micro_batch_size: int = Field(
+        256,
+        ge=1,
+        description="turns per forward pass (memory only); the policy's own scoring batch "
+        "caps it (scorer 256, LM policy 16)",
+    )
     aggregation: Literal["token", "sequence", "episode"] = Field(
         "token",
         description="token: mean over completion tokens; sequence: mean of turn means; "

@@ -191,6 +191,69 @@ def test_observation_tokens_are_never_scored(magic_policy: PolicyModel) -> None:
     assert torch.allclose(got.detach(), expected, atol=1e-4)
 
 
+def test_the_policys_scoring_batch_caps_the_micro_batch(magic_policy: PolicyModel) -> None:
+    # the scorer's default micro-batch (256 turns) grew an LM policy to 19.5 GB: an LM
+    # policy's own scoring batch must cap what one forward pass holds
+    import torch
+
+    from components.agent.rl import optimize
+
+    venv = EnvList(factory=lambda: MagicWordEnv(max_steps=2))
+    torch.manual_seed(0)
+    batch = collect_rollouts(magic_policy, venv, [magic_task()] * 5, max_new_tokens=12)
+    rows = flatten(batch.episodes)
+    for i, r in enumerate(rows):
+        r.advantage, r.ref_logprobs = (1.0 if i % 2 else -1.0), tuple(r.act.logprobs)
+    sizes: list[int] = []
+    score = magic_policy._score
+
+    def spy(acts, *args):
+        sizes.append(len(acts))
+        return score(acts, *args)
+
+    magic_policy._score, magic_policy.score_batch_size = spy, 3
+    cfg = magic_grpo(micro_batch_size=256, minibatch_size=None, epochs=1)
+    out = optimize(
+        magic_policy,
+        torch.optim.SGD(magic_policy.model.parameters(), lr=0.0),
+        rows,
+        cfg,
+        params=list(magic_policy.model.parameters()),
+        seed=0,
+    )
+    assert len(rows) == 10 and out["optimizer_steps"] == 1
+    assert sizes == [3, 3, 3, 1]
+
+
+def test_a_trainable_lm_policy_checkpoints_activations_with_the_same_gradients(
+    magic_policy: PolicyModel, tmp_path: Path
+) -> None:
+    import torch
+
+    from components.agent.loading import load_policy
+    from components.config import AgentConfig
+
+    rows = [first_observation()] * 3
+    prompts = magic_policy.prompt_ids(rows)
+    answer = magic_policy.tokenizer(render_answer(TARGET, None), add_special_tokens=False)
+
+    def grads(policy: PolicyModel) -> list[torch.Tensor]:
+        policy.model.train()
+        policy.model.zero_grad()
+        policy.sequence_logprobs(prompts, [answer["input_ids"]] * 3).logprobs.sum().backward()
+        return [p.grad.clone() for p in policy.model.parameters()]
+
+    magic_policy.save(tmp_path)
+    plain = grads(magic_policy)
+    acfg = AgentConfig()
+    assert acfg.gradient_checkpointing  # on by default
+    loaded = load_policy(tmp_path, acfg, trainable=True)
+    assert loaded.checkpoints_activations
+    assert not load_policy(tmp_path, acfg).checkpoints_activations  # evaluation
+    for a, b in zip(plain, grads(loaded), strict=True):
+        assert torch.allclose(a, b, atol=1e-5)
+
+
 # -- real-step accounting ------------------------------------------------------------------
 
 
