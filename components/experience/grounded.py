@@ -14,7 +14,10 @@ real offline transitions show, in order of evidence:
    object moves to the inventory, out of it, onto/into something, a container or door
    opens/closes/unlocks, nothing changes) reproduces that verb's real transitions best,
    and the verb's most frequent feedback template (``You take the {X} from the {Y}.``)
-   filled with the command's objects. An unknown room is predicted as "not reached".
+   filled with the command's objects. On TextWorld an exit no real episode took is
+   dreamt (grounded_rooms.py ``_dream_map``): one leads to the room a goal-only treasure
+   hunt names, with the thing on its floor, where no real episode reached it; the others
+   to dead ends; elsewhere an unknown room is predicted as "not reached".
 Reward and termination come from two class-balanced logistic regressions (won, lost) on
 features of the command against the instruction's steps and the episode's instruction
 pointer (components/memory.py); their thresholds are chosen on held-out train games
@@ -137,6 +140,9 @@ class _Cache:
         self.admissible: dict[tuple[str, str], tuple[tuple[str, ...], bool]] = {}
         self.roles: CommandRoles | None = None
         self.donors: dict[tuple[str, str], str | None] = {}
+        # the dreamt part of each game's map (grounded_rooms.py ``_dreamt_room``)
+        self.dreamt: dict[str, dict[tuple[str, str], tuple[str, str]]] = {}
+        self.room_names: list[str] | None = None
 
     def remember_admissible(
         self, key: tuple[str, str], value: tuple[tuple[str, ...], bool]
@@ -354,6 +360,12 @@ class GroundedModel(RoomKnowledge, TaskVariants):
                 elif self.room_views.get((tid, nloc)):
                     nsur = self._view_at(tid, nloc, memory.n_steps + 1)
                 evidence, why = MAP, f"Going {x} from the {location} leads to the {nloc}."
+                feedback = f"You are in the {nloc}."
+            elif (dreamt := self._dreamt_room(task, location, x)) is not None:
+                nloc, view = dreamt
+                nsur = (rooms or {}).get(nloc) or view
+                evidence = UNKNOWN_ROOM
+                why = f"No recorded episode went {x} from the {location}: the {nloc} is dreamt."
                 feedback = f"You are in the {nloc}."
             elif (named := self._named_room(tid, x, rooms)) not in (None, location):
                 # ScienceWorld names where it goes ("go to hallway"): a room of this game

@@ -4,7 +4,8 @@
 reads the model's fitted tables (exits walked, rooms' recorded views, recorded states and
 their admissible commands) to answer where a ``go`` leads when no recorded episode took
 it (a room with the matching unexplored exit back; on ScienceWorld the room the command
-names, borrowed from the task family's game where this game's data never entered it),
+names, borrowed from the task family's game where this game's data never entered it; on
+TextWorld, failing those, a dreamt room: the goal's room or a dead end, ``_dream_map``),
 and which commands a predicted next state lists: recorded ones, else composed by
 TextWorld's grammar (grounded_commands.py), else those of the most similar recorded state
 of the room (a fallback). Everything derived is cached in the model's ``_cache``, so
@@ -13,6 +14,8 @@ every episode dreams the same map.
 
 from __future__ import annotations
 
+import re
+import zlib
 from collections import Counter
 from collections.abc import Sequence
 from typing import Any
@@ -27,6 +30,10 @@ from components.experience.grounded_state import (
     split_cached,
 )
 from components.memory import OPPOSITE, words
+
+# a goal-only treasure hunt ("Lift the tv from the floor of the playroom."): the room and
+# the thing the dream may place where no real episode went
+_FLOOR_GOAL = re.compile(r"\bthe ([\w' -]+?) from the floor of the ([\w' -]+?)\s*\.?\s*$", re.I)
 
 
 class RoomKnowledge:
@@ -65,6 +72,87 @@ class RoomKnowledge:
                     candidates.append((room not in known, sum(views.values()), room))
             self.guessed[key] = max(candidates)[2] if candidates else None
         return self.guessed[key]
+
+    def _dreamt_room(self, task: Any, location: str, direction: str) -> tuple[str, str] | None:
+        """(room, view) behind an exit of a TextWorld game no real episode took, dreamt.
+
+        Offline logs of a goal-only treasure hunt often never reach its room: a dream that
+        answers "You can't go that way" there teaches the policy that unexplored exits are
+        walls. So one unexplored exit of the game leads to the room the instruction names,
+        with the thing on its floor, and every other one (that no recorded room's
+        unexplored exit back fits, ``_guess_room``) to a dead end named after another
+        game's room. The way back leads where the episode came from.
+        """
+        return self._dream_map(task).get((location, direction))
+
+    def _dream_map(self, task: Any) -> dict[tuple[str, str], tuple[str, str]]:
+        """{(room, direction): (dreamt room, its view)} of ``task``'s game, and the ways
+        back; a function of the fitted tables and the task alone (cached), so every episode,
+        batched or alone, dreams the same map."""
+        tid = task.task_id
+        cached = self._cache.dreamt.get(tid)
+        if cached is not None:
+            return cached
+        out: dict[tuple[str, str], tuple[str, str]] = {}
+        self._cache.dreamt[tid] = out
+        if self.science or self.pages or not self.settings.replay:
+            return out
+        rooms = sorted(r for (t, r) in self.room_views if t == tid)
+        unexplored = [
+            (room, d)
+            for room in rooms
+            for d in exits_of(_top_view(self.room_views[(tid, room)]))
+            if not self.exits.get((tid, room, d))
+        ]
+        if not unexplored:
+            return out
+        said = (task.instruction or "").lower()
+        known = {r.lower() for r in rooms}
+        match = _FLOOR_GOAL.search(task.instruction or "")
+        if match and match.group(2).lower() not in known:
+            exit_ = min(unexplored, key=lambda e: zlib.crc32(f"{tid}|{e}".encode()))
+            thing = match.group(1)
+            article = "an" if thing[:1].lower() in "aeiou" else "a"
+            goal = self._canonical_room(match.group(2))
+            out[exit_] = (goal, f"Exits: {OPPOSITE[exit_[1]]}. On the floor: {article} {thing}.")
+        # dead ends: never a room of this game, nor one the instruction names (an empty
+        # room of that name would teach that the named room holds nothing)
+        names = [
+            n
+            for n in self._room_names()
+            if n.lower() not in known and not re.search(rf"\b{re.escape(n.lower())}\b", said)
+        ]
+        names.sort(key=lambda n: zlib.crc32(f"{tid}|{n}".encode()))
+        for room, d in unexplored:
+            if (room, d) in out or self._guess_room(tid, room, d) is not None:
+                continue
+            if not names:
+                break
+            out[(room, d)] = (names.pop(), f"Exits: {OPPOSITE[d]}.")
+        for (room, d), (dreamt, _) in list(out.items()):
+            out[(dreamt, OPPOSITE[d])] = (room, _top_view(self.room_views[(tid, room)]))
+        return out
+
+    def _goal_exit(self, task: Any) -> tuple[str, str, str] | None:
+        """(room, direction, goal room): where ``task``'s dream has its goal room, if any."""
+        goal = _FLOOR_GOAL.search(task.instruction or "")
+        for (room, d), (dreamt, view) in self._dream_map(task).items():
+            if goal and dreamt.lower() == goal.group(2).lower() and "On the floor" in view:
+                return room, d, dreamt
+        return None
+
+    def _room_names(self) -> list[str]:
+        """Every room name real data showed, in any game (sorted; cached)."""
+        if self._cache.room_names is None:
+            self._cache.room_names = sorted({r for (_, r) in self.room_views})
+        return self._cache.room_names
+
+    def _canonical_room(self, name: str) -> str:
+        """``name`` spelt as real data spells it in some game ("dish-pit" -> "Dish-Pit")."""
+        for known in self._room_names():
+            if known.lower() == name.lower():
+                return known
+        return "-".join(part[:1].upper() + part[1:] for part in name.split("-"))
 
     def _admissible(
         self,
@@ -166,6 +254,10 @@ class RoomKnowledge:
                     out.append((frozenset(words(state_key)), adm))
             self._cache.rooms[key] = out
         return out
+
+
+def _top_view(views: Counter) -> str:
+    return views.most_common(1)[0][0]
 
 
 def _family(task_id: str) -> str:

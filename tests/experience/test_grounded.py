@@ -303,6 +303,60 @@ def test_an_exit_nobody_took_is_an_unknown_room(model):
     assert not o.won
 
 
+def _treasure_hunt(model: GroundedModel) -> tuple[GroundedModel, Task]:
+    """A copy of ``model`` that also knows a goal-only treasure hunt whose goal room no real
+    episode reached: its hall has an exit north and one south nobody took."""
+    from collections import Counter
+
+    dream = pickle.loads(pickle.dumps(model))
+    tid = "tw-hunt"
+    dream.room_views[(tid, "Hall")] = Counter({"Exits: east, north, south. Nothing here.": 1})
+    dream.room_views[(tid, "Kitchen")] = Counter({"Exits: west.": 1})
+    dream.exits[(tid, "Hall", "east")] = Counter({"Kitchen": 1})
+    dream.exits[(tid, "Kitchen", "west")] = Counter({"Hall": 1})
+    # rooms other games showed: names a dead end may take (never one the instruction says)
+    for room in ("Pantry", "Scullery", "Attic"):
+        dream.room_views[("tw-other", room)] = Counter({"Exits: west.": 1})
+    dream._cache = type(model._cache)()  # derived from the tables, which changed
+    task = make_task(tid, "Lift the shiny ring from the floor of the attic.", 0)
+    return dream, task
+
+
+def test_an_unexplored_exit_leads_to_the_room_the_goal_names_and_back(model):
+    dream, task = _treasure_hunt(model)
+    hall = (
+        "Location: Hall\nExits: east, north, south. Nothing here.\nInventory: nothing\nFeedback: ."
+    )
+    adm = ["go east", "go north", "go south", "look"]
+    room, direction, goal = dream._goal_exit(task)
+    assert (room, goal) == ("Hall", "Attic") and direction in ("north", "south")
+    o = dream.predict(
+        task, EpisodeMemory.replay(task.instruction, hall), hall, f"go {direction}", adm
+    )
+    assert o.evidence == UNKNOWN_ROOM
+    assert o.next_state.startswith("Location: Attic\nExits: ")
+    assert "On the floor: a shiny ring." in o.next_state and "take shiny ring" in o.admissible
+    back = "south" if direction == "north" else "north"
+    o2 = dream.predict(
+        task, EpisodeMemory.replay(task.instruction, hall), o.next_state, f"go {back}", o.admissible
+    )
+    assert o2.next_state.startswith("Location: Hall\nExits: east, north, south.")
+    # the other unexplored exit: a dead end named after another game's room, not the attic
+    other = back
+    o3 = dream.predict(task, EpisodeMemory.replay(task.instruction, hall), hall, f"go {other}", adm)
+    assert o3.next_state.startswith(("Location: Pantry\n", "Location: Scullery\n"))
+    assert o3.next_state.split("\n")[1] == f"Exits: {direction}."
+    again = dream.predict(
+        task, EpisodeMemory.replay(task.instruction, hall), hall, f"go {other}", adm
+    )
+    assert again.next_state == o3.next_state  # every episode dreams the same map
+    # a goal room real data showed is never dreamt; science and page models dream nothing
+    assert (
+        dream._goal_exit(make_task("tw-g0", "Lift the key from the floor of the kitchen.", 0))
+        is None
+    )
+
+
 # -- edits and templates -----------------------------------------------------------------------
 
 
