@@ -131,5 +131,7 @@ ui: setup  ## MLflow UI on the project's SQLite store
 prefect-ui: setup  ## local Prefect server + UI (flows, deployments, schedules)
 	$(BIN)/prefect server start --host 127.0.0.1 --port 4200
 
-clean:  ## remove generated data, runs and caches (keeps .venv)
-	rm -rf data metrics mlruns mlflow.db bench/results .pytest_cache .ruff_cache
+clean:  ## remove generated data, models, runs and caches (keeps .venv and every committed file)
+	@git rev-parse --is-inside-work-tree >/dev/null 2>&1 || { echo "make clean: needs a git checkout (it removes git-ignored outputs only)"; exit 2; }
+	git clean -fdXq -- data models reports
+	rm -rf mlruns mlflow.db .pytest_cache .ruff_cache .hypothesis
