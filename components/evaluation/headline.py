@@ -64,10 +64,19 @@ def success_headline(table: Mapping[str, Any], env: str | None = None) -> dict[s
 
 
 def train_minutes(agent_dir: Path) -> float | None:
-    """Wall minutes of every method's training stage together (metrics/agent/*.json)."""
-    seconds = [_number(_read(p).get("wall_seconds")) for p in sorted(agent_dir.glob("*.json"))]
-    known = [s for s in seconds if s is not None]
-    return round(sum(known) / 60.0, 1) if known else None
+    """Wall minutes of the training stages together (metrics/agent/*.json).
+
+    GRPO and PPO train in one stage and both files carry its wall time: a stage named
+    in its files (``stage``) counts once.
+    """
+    by_stage: dict[str, float] = {}
+    for path in sorted(agent_dir.glob("*.json")):
+        data = _read(path)
+        seconds = _number(data.get("wall_seconds"))
+        if seconds is not None:
+            stage = data.get("stage")
+            by_stage[stage if isinstance(stage, str) else path.stem] = seconds
+    return round(sum(by_stage.values()) / 60.0, 1) if by_stage else None
 
 
 def table1_headline(

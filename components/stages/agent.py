@@ -177,6 +177,7 @@ def _offline_stage(cfg: Config, paths: Paths, method: str) -> dict[str, Any]:
             **seed_summary(results),
             **{f"data_{k}": v for k, v in stats.items()},
             "real_steps": 0,  # offline data only: no env interaction while training
+            "stage": f"train_{method}",
             "wall_seconds": round(time.perf_counter() - start, 2),
         }
         run.log_metrics(numbers(summary))

@@ -432,7 +432,7 @@ def _log_method(
     }
     log_seeds(run, f"{stage}@{algo}", curves, "iteration")
     history = [row for s in seeds for row in results[s]["history"]]
-    summary = {**seed_summary(results), "wall_seconds": wall}
+    summary = {**seed_summary(results), "stage": stage, "wall_seconds": wall}
     hist_path = history_file(paths, method)
     hist_path.parent.mkdir(parents=True, exist_ok=True)
     hist_path.write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in history))

@@ -39,7 +39,9 @@ def test_headline_copies_success_fidelity_and_run_time(tmp_path: Path):
     }
     _write(tmp_path / "fidelity.json", {"full": fidelity})
     _write(tmp_path / "agent" / "sft.json", {"wall_seconds": 60.0})
-    _write(tmp_path / "agent" / "grpo_real.json", {"wall_seconds": 120.0})
+    # GRPO and PPO share one stage, so its wall time counts once
+    _write(tmp_path / "agent" / "grpo_real.json", {"stage": "train_real_rl", "wall_seconds": 120.0})
+    _write(tmp_path / "agent" / "ppo_real.json", {"stage": "train_real_rl", "wall_seconds": 120.0})
 
     headline = build_headline(tmp_path, "textworld")
 
