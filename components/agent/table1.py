@@ -191,7 +191,14 @@ def diff_cell(diff: Mapping[str, Any] | None) -> str:
     """A paired difference in points with its 95% CI: ``+5.0 (-1.0, +11.0)`` (empty: none)."""
     if not diff:
         return ""
-    return f"{100 * diff['diff']:+.1f} ({100 * diff['ci_low']:+.1f}, {100 * diff['ci_high']:+.1f})"
+    diff_, low, high = (_points(diff[k]) for k in ("diff", "ci_low", "ci_high"))
+    return f"{diff_} ({low}, {high})"
+
+
+def _points(rate: float) -> str:
+    """A difference of rates in signed points, one decimal; a rounding residue such as
+    -1.9e-18 prints ``+0.0``, not ``-0.0``."""
+    return f"{round(100 * rate, 1) + 0.0:+.1f}"
 
 
 def keep_other_envs(table: Table, previous: Mapping[str, Any], env: str) -> Table:
@@ -231,7 +238,7 @@ def markdown(table: Table) -> str:
                 continue
             vr = r.get("vs_random")
             vs_random = f"{100 * vr['diff']:+.1f}" if vr else ""
-            steps = "n/a" if r["real_steps"] is None else f"{int(r['real_steps']):,}"
+            steps = "n/a" if r["real_steps"] is None else f"{round(r['real_steps']):,}"
             lines.append(
                 f"| {LABELS[method]} | {success_cell(r)} | {greedy_cell(r)} "
                 f"| {diff_cell(r.get('vs_sft'))} | {vs_random} | {r['episodes']} "

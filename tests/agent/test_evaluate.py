@@ -12,6 +12,7 @@ from components.agent.table1 import (
     METHODS,
     build_table,
     cluster_bootstrap,
+    diff_cell,
     keep_other_envs,
     markdown,
     mode_summary,
@@ -145,6 +146,15 @@ def test_table1_has_every_method_random_first_and_never_fills_in():
     assert "| Random (admissible) | 25.0 (" in text and "| SFT | 75.0 (" in text
     assert "| DreamGym GRPO | not evaluated |" in text and "4,000" in text
     assert markdown({}).startswith("No policy")
+
+
+def test_table1_cells_round_and_never_print_minus_zero():
+    assert diff_cell({"diff": 0.0444, "ci_low": -1.9e-18, "ci_high": 0.0944}) == (
+        "+4.4 (+0.0, +9.4)"
+    )
+    episodes = {"grpo_real": _rows([1, 1, 1, 1])}
+    table = build_table("textworld", episodes, {"grpo_real": 99.67})  # a mean over seeds
+    assert "| 100 |" in markdown(table)
 
 
 @pytest.mark.integration
