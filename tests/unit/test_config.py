@@ -50,6 +50,16 @@ def test_env_overrides_apply_to_their_env_only_and_the_profile_wins(tmp_path: Pa
     assert load_config(path, profile="ci").collect.epsilon == 0.5
 
 
+def test_every_env_has_an_overrides_entry_that_dvc_can_track():
+    # every stage of dvc.yaml tracks env_overrides.${env.name}: a missing entry fails
+    # `dvc exp run -S env.name=<env>` before any stage runs
+    from components.config.data import ENV_NAMES
+
+    raw = yaml.safe_load((ROOT / "params.yaml").read_text())
+    assert set(raw["env_overrides"]) == set(ENV_NAMES)
+    assert "env_overrides.${env.name}" in (ROOT / "dvc.yaml").read_text()
+
+
 def test_env_overrides_of_an_unknown_env_is_an_error(tmp_path: Path):
     path = _write(tmp_path, lambda raw: raw.update(env_overrides={"sciencewrld": {}}))
     with pytest.raises(ConfigError, match="unknown env"):
