@@ -217,7 +217,7 @@ STAGES: tuple[Stage, ...] = (
     Stage(
         "generate-tasks",
         "data:generate_tasks",
-        "Generate the TextWorld task suite (games + train/validation/test split by game)\n"
+        "Generate the env's task suite (games + train/validation/test split by game)\n"
         "and add the external tasks of tasks.external.",
         (FORCE_TASKS,),
     ),
@@ -245,7 +245,7 @@ STAGES: tuple[Stage, ...] = (
     Stage(
         "train-experience-model",
         "experience:train_experience_model",
-        "SFT of the reasoning experience model (resumable after an interruption).",
+        "Fit the experience model: grounded (cpu) or the SFT'd reasoning LM (resumable).",
         (VARIANT,),
     ),
     Stage(
@@ -256,7 +256,7 @@ STAGES: tuple[Stage, ...] = (
     Stage(
         "train-sft",
         "agent:train_sft_baseline",
-        "SFT baseline: clone successful train-split trajectories -> models/policy/sft.",
+        "SFT baseline: clone the train-split steps of agent.sft.policies -> models/policy/sft.",
     ),
     Stage(
         "train-dpo",
@@ -321,7 +321,7 @@ STAGES: tuple[Stage, ...] = (
     Stage(
         "judge",
         "evaluation:judge",
-        "LLM judge (consistency, diversity, informativeness, hallucination) per model variant.",
+        "Judge synthetic experience per model variant (grounded replay, or an LLM judge).",
     ),
     Stage(
         "drift",

@@ -301,9 +301,10 @@ def load_config(path: str | Path = PARAMS_FILE, profile: str | None = None) -> C
     try:
         active = resolve_params(raw, profile)["profile"]
         # Validate every profile, not only the active one, so a typo in the gpu overlay is
-        # caught on the laptop rather than on the expensive machine.
+        # caught on the laptop rather than on the expensive machine; the active one first,
+        # so a bad default is reported under the profile the user runs.
         configs = {}
-        for name in PROFILES:
+        for name in sorted(PROFILES, key=lambda n: n != active):
             merged = resolve_params(raw, name)
             try:
                 configs[name] = Config.model_validate(merged)
