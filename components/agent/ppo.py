@@ -12,7 +12,7 @@ compact implementation. Design choices:
 - the KL to the frozen reference is a penalty in the loss (k3, as in GRPO), not reward
   shaping, so both algorithms regularise identically;
 - advantages are normalised over the batch, or within groups (``group_fn(task)``, e.g. the
-  curriculum's semantic clusters of tasks; DESIGN.md: PPO has no task groups of its own);
+  curriculum's semantic clusters of tasks; PPO has no task groups of its own);
 - value loss 0.5 max((V - R)^2, (V_clip - R)^2), V_clip = V_old + clip(V - V_old, +-value_clip).
 """
 

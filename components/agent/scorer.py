@@ -10,7 +10,7 @@ SFT, DPO, GRPO and PPO train it through the same interface as ``PolicyModel``
 recomputes log-probabilities, entropies and the value features of given decisions.
 
 Why: on two cores a generative LM cannot learn to name objects of unseen games (it
-memorised training action strings, FINDINGS.md §1); choosing among admissible commands
+memorised training action strings on the first main); choosing among admissible commands
 generalises because every input is text the frozen encoder already understands.
 """
 

@@ -3,7 +3,7 @@
 SFT clones the expert: every step of the expert's episodes on the demonstration games
 (``expert_steps``) is one example, the target being the index of the expert's command
 among the admissible ones; the loss is the cross-entropy of the softmax over commands.
-Noisy or random episodes are never cloned (FINDINGS.md §1: 31% of the old SFT targets
+Noisy or random episodes are never cloned (on the first main 31% of the SFT targets
 were not the expert's action).
 
 DPO pairs, in the same state, the expert's command (chosen) with another admissible

@@ -2,10 +2,10 @@
 
 A group of rollouts whose rewards are all equal carries no GRPO signal (its advantages
 are zero), and with a policy that already solves most training tasks most groups are
-like that (FINDINGS.md §9). This sampler keeps a decayed count of each task's recent
+like that. This sampler keeps a decayed count of each task's recent
 successes and draws tasks with probability proportional to ``p (1 - p) + floor``, the
 reward variance of a Bernoulli outcome under a Beta(1, 1) prior (an untried task counts
-as p = 0.5): the curriculum's value ``V_tau`` (DESIGN.md §1) applied to the task pool
+as p = 0.5): the curriculum's value ``V_tau`` (the paper's task selection) applied to the task pool
 itself. ``floor`` keeps every task in play. Its state is a plain dict, so an RL run
 checkpoints and resumes it exactly.
 """

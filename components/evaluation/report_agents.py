@@ -29,7 +29,8 @@ from components.evaluation.report_plots import (
     _link,
 )
 
-# DESIGN.md: success % (Llama-3.2-3B / Llama-3.1-8B / Qwen-2.5-7B), for context only
+# the paper's Table 1 (arXiv 2511.03773): success % (Llama-3.2-3B / Llama-3.1-8B /
+# Qwen-2.5-7B), for context only
 PAPER_TABLE1 = {
     "WebShop": (
         "32.0/35.1/32.9",
@@ -63,7 +64,7 @@ PAPER_METHOD_COLUMN = {
     "dreamgym_grpo": 3,
     "s2r_grpo": 4,
 }
-# DESIGN.md: ablations, Llama-3.1-8B, success % WebShop / WebArena (no w/o history row)
+# the paper's ablations, Llama-3.1-8B, success % WebShop / WebArena (no w/o history row)
 PAPER_ABLATION = {
     "full": "63.9 / 13.3",
     "no_replay": "59.2 / 9.7",

@@ -1,7 +1,7 @@
 """The cpu-profile experience model: grounded in replayed real experience, learned edits.
 
 An LLM experience model does not fit two cores (a 1M-parameter one predicted no success
-ever, FINDINGS.md §2). This one answers the same question, (task, episode history,
+ever on the first main). This one answers the same question, (task, episode history,
 state, action) -> (reasoning, next state, reward, done, admissible commands), from what
 real offline transitions show, in order of evidence:
 
