@@ -134,4 +134,4 @@ prefect-ui: setup  ## local Prefect server + UI (flows, deployments, schedules)
 clean:  ## remove generated data, models, runs and caches (keeps .venv and every committed file)
 	@git rev-parse --is-inside-work-tree >/dev/null 2>&1 || { echo "make clean: needs a git checkout (it removes git-ignored outputs only)"; exit 2; }
 	git clean -fdXq -- data models reports
-	rm -rf mlruns mlflow.db .pytest_cache .ruff_cache .hypothesis
+	rm -rf mlruns mlflow.db .mlflow.db.* .pytest_cache .ruff_cache .hypothesis

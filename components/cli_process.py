@@ -77,6 +77,15 @@ def _known_error(err: BaseException) -> tuple[int, str] | None:
         return EXIT_ERROR, str(err)
     if buffer and isinstance(err, buffer.ReplayBufferError):
         return EXIT_ERROR, str(err)
+    envs = mods.get("components.envs.base")
+    if envs and isinstance(err, envs.EnvError):  # e.g. an AgentGym server out of reach
+        return EXIT_ERROR, str(err)
+    if _half_built_store(err):
+        # a store half-built before stores were built whole (components/tracking.py)
+        return EXIT_ERROR, (
+            "mlflow.db is half-built (a first run was stopped while MLflow created it): "
+            "move it away (mv mlflow.db mlflow.db.broken) and rerun"
+        )
     if isinstance(err, InputError | FileNotFoundError) and err.args:
         return EXIT_ERROR, str(err)  # FileNotFoundError: the stages' "run X first" hints
     if isinstance(err, OutputWriteError) or (isinstance(err, OSError) and err.errno in _FS_ERRNOS):
@@ -88,6 +97,22 @@ def _known_error(err: BaseException) -> tuple[int, str] | None:
             message += "; the previous outputs are unchanged"
         return EXIT_ERROR, message
     return None
+
+
+def _half_built_store(err: BaseException) -> bool:
+    """An MLflow error caused by SQLite finding the store's schema half there."""
+    sql, mlflow = sys.modules.get("sqlalchemy.exc"), sys.modules.get("mlflow.exceptions")
+    if not (sql and mlflow):
+        return False
+    chain: list[BaseException] = []
+    at: BaseException | None = err
+    while at is not None and len(chain) < 8:
+        chain.append(at)
+        at = at.__cause__ or at.__context__
+    broken = ("already exists", "duplicate column name", "no such column", "no such table")
+    return any(isinstance(e, mlflow.MlflowException) for e in chain) and any(
+        isinstance(e, sql.OperationalError) and any(b in str(e) for b in broken) for e in chain
+    )
 
 
 @contextmanager

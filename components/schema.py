@@ -142,8 +142,26 @@ def write_jsonl(path: Path, records: Iterable[BaseModel], append: bool = False) 
 
 
 def read_jsonl(path: Path, model: type[_M]) -> Iterator[_M]:
-    """Read and validate records of one type from a JSONL file (strict: raises on bad rows)."""
+    """Read and validate records of one type from a JSONL file (strict: raises on bad rows).
+
+    The files read here are the pipeline's own outputs: a bad row means the file was
+    damaged after its stage wrote it, so the error names the file and line (an
+    ``InputError``: one line on the CLI) instead of failing deep in a later stage.
+    """
+    from pydantic import ValidationError
+
+    from components.io import InputError
+
     with path.open(encoding="utf-8") as f:
-        for line in f:
-            if line.strip():
-                yield model.model_validate(json.loads(line))
+        lineno = 0
+        try:
+            for lineno, line in enumerate(f, 1):  # noqa: B007 (read in the handler)
+                if line.strip():
+                    yield model.model_validate(json.loads(line))
+        except (ValueError, ValidationError) as err:  # JSON, UTF-8 or schema
+            first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+            raise InputError(
+                f"{path}:{lineno}: not a valid {model.__name__} record ({first[:120]}): "
+                "the file is damaged; rerun the stage that writes it (`dvc repro --force "
+                "<stage>`) or restore it"
+            ) from None

@@ -299,7 +299,46 @@ def configure(root: Path) -> None:
 
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+    ensure_store(root)
     mlflow.set_tracking_uri(tracking_uri(root))
+
+
+def ensure_store(root: Path) -> None:
+    """Create the project's SQLite store whole: built beside it, then renamed into place.
+
+    MLflow builds its schema on first use in a few hundred statements; a stage killed in
+    that window, or a second stage starting in it, left a half-built mlflow.db that failed
+    every later stage ("table ... already exists"). A lock makes concurrent first stages
+    wait for one build.
+    """
+    import fcntl
+
+    db = Paths(root).mlflow_db
+    if db.exists():
+        return
+    db.parent.mkdir(parents=True, exist_ok=True)
+    with open(db.with_name(f".{db.name}.lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if db.exists():  # built by another process while this one waited
+            return
+        for stale in db.parent.glob(f".{db.name}.*.tmp"):  # builds killed midway
+            stale.unlink(missing_ok=True)
+        tmp = db.with_name(f".{db.name}.{os.getpid()}.tmp")
+        try:
+            _build_store(tmp, Paths(root).mlruns)
+            os.replace(tmp, db)
+        finally:
+            tmp.unlink(missing_ok=True)
+
+
+def _build_store(path: Path, artifacts: Path) -> None:
+    """MLflow's tracking and registry schema in a new SQLite file at ``path``."""
+    from mlflow.store.model_registry.sqlalchemy_store import SqlAlchemyStore as RegistryStore
+    from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
+
+    uri = f"sqlite:///{path.resolve()}"
+    for store in (SqlAlchemyStore(uri, artifacts.resolve().as_uri()), RegistryStore(uri)):
+        store.engine.dispose()  # every connection closed before the file is renamed
 
 
 def experiment_id(root: Path, family: str) -> str:

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from components.config.base import (
     Bf16,
@@ -124,6 +124,12 @@ class AgentConfig(_Section):
     seeds: tuple[int, ...] = Field(
         (0, 1, 2), min_length=1, description="training seeds of every policy method (Table 1)"
     )
+
+    @field_validator("seeds")
+    @classmethod
+    def _distinct_seeds(cls, seeds: Any) -> Any:
+        return _distinct(seeds)
+
     workers: int = Field(
         4,
         ge=1,
@@ -229,6 +235,11 @@ class RLAlgoConfig(_Section):
         "of agent.seeds (each starts from that seed's SFT policy); null = agent.seeds",
     )
 
+    @field_validator("seeds")
+    @classmethod
+    def _distinct_seeds(cls, seeds: Any) -> Any:
+        return _distinct(seeds)
+
 
 class GRPOConfig(RLAlgoConfig):
     """Multi-turn GRPO: group-relative outcome advantages (components/agent/grpo.py)."""
@@ -325,3 +336,10 @@ class RLConfig(_Section):
         description="rounds of RL in the synthetic env (None: the algorithm's own); synthetic "
         "steps cost no real interaction and ~10x less time",
     )
+
+
+def _distinct(seeds: Any) -> Any:
+    """A repeated seed would count its episodes twice in every CI."""
+    if seeds is not None and len(set(seeds)) != len(seeds):
+        raise ValueError(f"a seed is listed twice: {list(seeds)}")
+    return seeds

@@ -259,6 +259,13 @@ def collect(
     by_id = {t.task_id: t for t in tasks}
     splits = {t.task_id: t.split for t in tasks}
     plans = plan_episodes(cfg, tasks)
+    if not plans:  # resuming prunes what the plan lacks: an empty plan would drop it all
+        from components.io import InputError
+
+        raise InputError(
+            f"nothing to collect: {len(tasks)} tasks, no episode planned for the splits "
+            f"{list(c.splits)}; {out_dir} left as it is"
+        )
     planned: dict[str, set[str]] = defaultdict(set)
     for p in plans:
         planned[p.task_id].add(p.episode_id)

@@ -209,7 +209,6 @@ def ingest(
     for folder in (out_dir, quarantine_dir):
         remove_stale_temps(folder)  # left by a run that was killed while writing
     quarantined: list[dict[str, Any]] = []
-    candidates: list[_Candidate] = []
     seen: dict[str, tuple[RawLine, bytes]] = {}
     claimed: dict[str, RawLine] = {}  # transition id -> the line that used it first
     n_lines = 0
@@ -225,60 +224,37 @@ def ingest(
             }
         )
 
+    parsed: list[tuple[RawLine, dict[str, Any]]] = []
     for line in iter_raw_lines(raw_files):
         n_lines += 1
         obj, reason = _parse(line, cfg)
         if obj is None:
             reject(line, [reason or "unparseable"])
-            continue
-        episode_id = obj["episode_id"]
-        if episode_id in seen:
-            first, first_data = seen[episode_id]
-            where = f"{first.file}:{first.line_no}"
-            kind = "duplicate of" if first_data == line.data else "conflicting duplicate of"
-            reject(line, [f"duplicate episode_id: {kind} {where}"], episode_id)
-            continue
-        # a transition id used by an earlier line: only this later line is quarantined
-        ids = {s["id"] for s in obj["steps"] if isinstance(s.get("id"), str)}
-        reused = sorted(ids & claimed.keys())
-        if reused:
-            first = claimed[reused[0]]
-            reject(
-                line,
-                [
-                    f"duplicate transition id: {reused[0]!r} already used by "
-                    f"{first.file}:{first.line_no}"
-                ],
-                episode_id,
-            )
-            continue
-        seen[episode_id] = (line, line.data)
-        claimed.update(dict.fromkeys(ids, line))
-        candidates.append(_Candidate(line, obj))
+        else:
+            parsed.append((line, obj))
 
-    validation: dict[str, Any] = {"success": True, "n_rows": 0}
-    if candidates:
-        outcome = validate_transitions(_flatten(candidates), cfg)
-        validation = outcome.summary
-        # rows were numbered line by line, so a row maps back by its line's first row
-        starts = list(accumulate((len(c.obj["steps"]) for c in candidates), initial=0))
-        for rid, reasons in outcome.failures.items():
-            lid = bisect_right(starts, rid) - 1
-            candidates[lid].reasons.extend(f"step {rid - starts[lid]}: {r}" for r in reasons)
-
+    # Duplicates are set aside before validation (its uniqueness check would fail both
+    # copies), but a line that then fails validation holds no ids: the lines it displaced
+    # get another round, so a bad copy never costs the valid original.
     ingested: list[Trajectory] = []
-    for cand in candidates:
-        if not cand.reasons:
-            try:
-                # strict: "true" is not a bool and "3" is not an int (no silent coercion)
-                ingested.append(Trajectory.model_validate(cand.obj, strict=True))
-                continue
-            except ValidationError as err:
-                cand.reasons.extend(
-                    "schema: " + ".".join(str(p) for p in e["loc"]) + f": {e['msg']}"
-                    for e in err.errors()
-                )
-        reject(cand.line, sorted(set(cand.reasons)), cand.obj["episode_id"])
+    validation: dict[str, Any] = {"success": True, "n_rows": 0}
+    pending = parsed
+    while pending:
+        candidates, displaced = _deduplicate(pending, seen, claimed)
+        failed = _validate(candidates, cfg, validation, ingested)
+        for cand in failed:
+            reject(cand.line, sorted(set(cand.reasons)), cand.obj["episode_id"])
+            # what it held is free again
+            if seen.get(cand.obj["episode_id"], (None,))[0] is cand.line:
+                del seen[cand.obj["episode_id"]]
+            for step in cand.obj["steps"]:
+                if isinstance(step.get("id"), str) and claimed.get(step["id"]) is cand.line:
+                    del claimed[step["id"]]
+        lost = {id(c.line) for c in failed}
+        pending = [(line, obj) for line, obj, _, by in displaced if id(by) in lost]
+        for line, obj, why, by in displaced:
+            if id(by) not in lost:
+                reject(line, [why], obj["episode_id"])
 
     assert len(ingested) + len(quarantined) == n_lines, "every line must be accounted for"
     # count each kind of failure once per quarantined line
@@ -304,6 +280,80 @@ def ingest(
         text = json.dumps(report.as_dict(), indent=2) + "\n"
         temp(quarantine_dir / REPORT_FILE).write_text(text, encoding="utf-8")
     return report
+
+
+def _deduplicate(
+    lines: list[tuple[RawLine, dict[str, Any]]],
+    seen: dict[str, tuple[RawLine, bytes]],
+    claimed: dict[str, RawLine],
+) -> tuple[list[_Candidate], list[tuple[RawLine, dict[str, Any], str, RawLine]]]:
+    """(candidates, displaced lines with their reason and the line they lost to): a
+    line whose episode id or a transition id an earlier line holds is displaced."""
+    candidates: list[_Candidate] = []
+    displaced: list[tuple[RawLine, dict[str, Any], str, RawLine]] = []
+    for line, obj in lines:
+        episode_id = obj["episode_id"]
+        if episode_id in seen:
+            first, first_data = seen[episode_id]
+            kind = "duplicate of" if first_data == line.data else "conflicting duplicate of"
+            why = f"duplicate episode_id: {kind} {first.file}:{first.line_no}"
+            displaced.append((line, obj, why, first))
+            continue
+        # a transition id used by an earlier line: only this later line is set aside
+        ids = {s["id"] for s in obj["steps"] if isinstance(s.get("id"), str)}
+        reused = sorted(ids & claimed.keys())
+        if reused:
+            first = claimed[reused[0]]
+            why = (
+                f"duplicate transition id: {reused[0]!r} already used by "
+                f"{first.file}:{first.line_no}"
+            )
+            displaced.append((line, obj, why, first))
+            continue
+        seen[episode_id] = (line, line.data)
+        claimed.update(dict.fromkeys(ids, line))
+        candidates.append(_Candidate(line, obj))
+    return candidates, displaced
+
+
+def _validate(
+    candidates: list[_Candidate],
+    cfg: IngestConfig,
+    validation: dict[str, Any],
+    ingested: list[Trajectory],
+) -> list[_Candidate]:
+    """Great Expectations, then the strict schema: the valid lines go to ``ingested``,
+    the suite's summary into ``validation`` (counts added up over rounds); returns the
+    failed candidates with their reasons."""
+    if not candidates:
+        return []
+    outcome = validate_transitions(_flatten(candidates), cfg)
+    if validation.get("n_rows"):  # a later round: add its counts to the first's
+        validation["success"] = validation["success"] and outcome.summary["success"]
+        for key in ("n_rows", "n_failed_rows"):
+            validation[key] = validation.get(key, 0) + outcome.summary.get(key, 0)
+    else:
+        validation.clear()
+        validation.update(outcome.summary)
+    # rows were numbered line by line, so a row maps back by its line's first row
+    starts = list(accumulate((len(c.obj["steps"]) for c in candidates), initial=0))
+    for rid, reasons in outcome.failures.items():
+        lid = bisect_right(starts, rid) - 1
+        candidates[lid].reasons.extend(f"step {rid - starts[lid]}: {r}" for r in reasons)
+    failed = []
+    for cand in candidates:
+        if not cand.reasons:
+            try:
+                # strict: "true" is not a bool and "3" is not an int (no silent coercion)
+                ingested.append(Trajectory.model_validate(cand.obj, strict=True))
+                continue
+            except ValidationError as err:
+                cand.reasons.extend(
+                    "schema: " + ".".join(str(p) for p in e["loc"]) + f": {e['msg']}"
+                    for e in err.errors()
+                )
+        failed.append(cand)
+    return failed
 
 
 def _reason_kind(reason: str) -> str:

@@ -124,7 +124,12 @@ def plan_task_suite(cfg: Config) -> list[GameSpec]:
     if len({f.name for f in families}) != len(families):
         raise ValueError("each task family may appear only once in tasks.families")
     if sum(f.n_games for f in families) < 2:
-        raise ValueError("the task suite needs at least 2 games (>=1 train and >=1 test)")
+        from components.io import InputError
+
+        raise InputError(
+            "the task suite needs at least 2 games (>=1 train and >=1 test): "
+            "raise tasks.families[*].n_games"
+        )
     split = cfg.tasks.split
     counts = {f.name: _split_counts(f.n_games, split.train, split.validation) for f in families}
     if not any(c[2] for c in counts.values()):

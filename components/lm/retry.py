@@ -36,7 +36,11 @@ class Redactor:
     """Removes secrets (the key, any bearer token, sk-... strings) from text."""
 
     def __init__(self, *secrets: str) -> None:
-        self._secrets = tuple(s for s in secrets if s and len(s) >= 4)
+        from urllib.parse import quote
+
+        kept = [s for s in secrets if s and len(s) >= 4]
+        # as a server may echo them: plain and URL-encoded
+        self._secrets = tuple(dict.fromkeys([*kept, *(quote(s, safe="") for s in kept)]))
 
     def __call__(self, text: object) -> str:
         """Redacted string form of ``text``."""

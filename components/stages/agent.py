@@ -162,7 +162,12 @@ def _offline_stage(cfg: Config, paths: Paths, method: str) -> dict[str, Any]:
         else:
             demos, stats = expert_steps(trajectories)
             if not demos:
-                raise ValueError("no expert demonstration in the train split to clone")
+                from components.io import InputError
+
+                raise InputError(
+                    f"no expert demonstration in the train split of {paths.trajectories_file}"
+                    " to clone: was every raw line quarantined (data/quarantine/)?"
+                )
             if method == SFT:
                 held_out, _ = expert_steps(trajectories, split="validation")
                 jobs = [(cfg, paths, s, demos, held_out) for s in seeds]

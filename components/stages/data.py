@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from components.config import Config, Paths
-from components.io import output_lock
+from components.io import InputError, output_lock
 from components.schema import Task, Trajectory, read_jsonl
 from components.stages.common import numbers, write_json
 
@@ -25,7 +25,10 @@ def load_tasks(paths: Paths) -> list[Task]:
     """The generated task suite (raises with a hint when it is missing)."""
     if not paths.tasks_file.exists():
         raise FileNotFoundError(f"{paths.tasks_file} missing: run `dreamgym generate-tasks`")
-    return list(read_jsonl(paths.tasks_file, Task))
+    tasks = list(read_jsonl(paths.tasks_file, Task))
+    if not tasks:
+        raise InputError(f"{paths.tasks_file} holds no task: run `dreamgym generate-tasks`")
+    return tasks
 
 
 def generate_tasks(cfg: Config, paths: Paths, force: bool = False) -> dict[str, Any]:

@@ -115,8 +115,11 @@ class DreamGymRun:
             self.env, generate_fn = self._llm_env(exp_dir, namespace)
         self.tasks = [t for t in tasks if self._startable(t)]
         if not self.tasks:
-            raise ValueError(
-                "no train task has a recorded initial state to start synthetic episodes"
+            from components.io import InputError
+
+            raise InputError(
+                "no train task has a recorded initial state to start synthetic episodes "
+                f"(no real train trajectory in {paths.trajectories_file}?)"
             )
         algo_cfg = getattr(cfg.rl, algo)
         sampler = (

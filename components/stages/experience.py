@@ -163,7 +163,12 @@ def train_grounded(cfg: Config, paths: Paths, variant: str) -> dict[str, Any]:
     start = time.perf_counter()
     train = [t for t in _load_trajectories(paths) if t.split == "train" and t.source == "real"]
     if not train:
-        raise ValueError(f"no real train-split trajectory in {paths.trajectories_file}")
+        from components.io import InputError
+
+        raise InputError(
+            f"no real train-split trajectory in {paths.trajectories_file}: "
+            "was every raw line quarantined (data/quarantine/)?"
+        )
     settings = grounded_settings(cfg, variant)
     data = {"trajectories": paths.trajectories_file}
     stage = f"train_experience_model@{variant}"

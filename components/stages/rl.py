@@ -87,7 +87,9 @@ def _train_tasks(paths: Paths) -> list[Task]:
 
     tasks = [t for t in load_tasks(paths) if t.split == TRAIN_SPLIT and not t.generated]
     if not tasks:
-        raise ValueError(f"{paths.tasks_file} has no train-split task")
+        from components.io import InputError
+
+        raise InputError(f"{paths.tasks_file} has no train-split task: rerun generate-tasks")
     return tasks
 
 

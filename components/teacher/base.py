@@ -140,13 +140,13 @@ def answer(
     redact: Callable[[str], str] | None = None,
 ) -> Annotation:
     """The annotation of ``req`` by ``teacher`` (its backend and model): ``tokens`` is
-    (prompt, completion) over every attempt; the error and an excerpt of ``raw`` pass
-    through ``redact`` when given."""
+    (prompt, completion) over every attempt; the reasoning, the error and an excerpt of
+    ``raw`` pass through ``redact`` when given (a server may echo the key back)."""
     clean = redact or str
     return Annotation(
         id=req.id,
         status=status,
-        reasoning=reasoning,
+        reasoning=None if reasoning is None else clean(reasoning),
         backend=teacher.backend,
         model=teacher.model,
         prompt_tokens=tokens[0],

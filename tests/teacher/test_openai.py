@@ -277,3 +277,20 @@ def test_request_body_and_path(api_key, fake_openai) -> None:
     body = rec.body
     assert body["model"] == "gpt-4o" and body["messages"][0]["role"] == "system"
     assert body.get("max_tokens", body.get("max_completion_tokens")) == 64
+
+
+def test_a_key_echoed_in_a_successful_answer_is_redacted(api_key, fake_openai, tmp_path) -> None:
+    # a misconfigured proxy or model server that reflects the credentials in a 200 answer
+    from urllib.parse import quote
+
+    def echo(body: dict) -> str:
+        return f"<think>key={api_key} url={quote(api_key, safe='')} auth=Bearer {api_key}</think>"
+
+    srv = fake_openai(api_key=api_key, answer_fn=echo)
+    cfg = make_config(**openai_teacher_config(srv.base_url).model_dump())
+    out = tmp_path / "a.jsonl"
+    teacher = OpenAITeacher(cfg.teacher)
+    annotate(cfg, make_trajectories(1, 2), out, teacher=teacher, progress=False)
+    teacher.close()
+    text = out.read_text()
+    assert "key=" in text and api_key not in text and quote(api_key, safe="") not in text

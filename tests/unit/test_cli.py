@@ -64,3 +64,34 @@ def test_version_prints_the_installed_version():
     result = CliRunner().invoke(app, ["--version"])
     assert result.exit_code == 0, result.output
     assert result.output.strip() == f"dreamgym {version('dreamgym')}"
+
+
+def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "components.cli", *args, "--params", str(ROOT / "params.yaml")],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+    )
+
+
+def test_collect_with_no_task_keeps_what_was_collected(tmp_path: Path):
+    # resuming prunes episodes the plan lacks: an empty task list once deleted them all
+    (tmp_path / "data" / "tasks").mkdir(parents=True)
+    (tmp_path / "data" / "tasks" / "tasks.jsonl").write_text("")
+    kept = tmp_path / "data" / "raw" / "tw-quest-000.jsonl"
+    kept.parent.mkdir(parents=True)
+    kept.write_text('{"episode_id": "e"}\n')
+    out = _cli("collect", "--root", str(tmp_path), cwd=tmp_path)
+    assert out.returncode == 1 and "Traceback" not in out.stderr
+    assert out.stderr.startswith("error:") and "holds no task" in out.stderr
+    assert kept.read_text() == '{"episode_id": "e"}\n'
+
+
+def test_a_damaged_intermediate_file_is_one_line_naming_its_line(tmp_path: Path):
+    (tmp_path / "data" / "tasks").mkdir(parents=True)
+    (tmp_path / "data" / "tasks" / "tasks.jsonl").write_text('{"task_id": "x"}\n')
+    out = _cli("collect", "--root", str(tmp_path), cwd=tmp_path)
+    assert out.returncode == 1 and "Traceback" not in out.stderr
+    assert "tasks.jsonl:1: not a valid Task record" in out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1

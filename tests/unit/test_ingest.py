@@ -116,3 +116,17 @@ def test_empty_inputs_do_not_crash(tmp_path: Path, content: bytes):
     report = ingest([raw], tmp_path / "o", tmp_path / "q", CFG)
     assert report.n_ingested == 0
     assert report.n_quarantined == content.count(b"\n")
+
+
+def test_a_bad_copy_never_costs_the_valid_original(tmp_path: Path):
+    # the bad copy comes first and holds the episode and transition ids; once it fails
+    # validation they are free again, so the valid original is ingested, not quarantined
+    good = make_trajectory(idx=7)
+    raw = tmp_path / "raw.jsonl"
+    raw.write_text(_line(good, {(0, "reward"): 7}) + "\n" + _line(good) + "\n")
+    report = ingest([raw], tmp_path / "out", tmp_path / "q", CFG)
+    assert (report.n_ingested, report.n_quarantined) == (1, 1)
+    kept = list(read_jsonl(tmp_path / "out" / "trajectories.jsonl", Trajectory))
+    assert [t.episode_id for t in kept] == [good.episode_id]
+    (bad,) = [json.loads(x) for x in (tmp_path / "q" / QUARANTINE_FILE).read_text().splitlines()]
+    assert bad["line_no"] == 1 and not any("duplicate" in r for r in bad["reasons"])

@@ -7,7 +7,14 @@ import json
 from pathlib import Path
 
 from components.config import load_config
-from components.tracking import REDACTED, dvc_md5, flatten, pipeline_run, stage_run
+from components.tracking import (
+    REDACTED,
+    dvc_md5,
+    ensure_store,
+    flatten,
+    pipeline_run,
+    stage_run,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -89,3 +96,45 @@ def test_params_overrides_are_recorded_and_do_not_make_the_tree_dirty(tmp_path: 
     assert git_commit(tmp_path)[1] and not git_commit(tmp_path, params_ok=True)[1]
     (tmp_path / "code.py").write_text("x = 2\n")  # code is never an override
     assert git_commit(tmp_path, params_ok=True)[1]
+
+
+def test_first_stages_started_together_share_one_whole_store(tmp_path: Path):
+    # a half-built mlflow.db (a first stage killed, or two started, while MLflow created
+    # its schema) failed every later stage; the store now appears whole or not at all
+    import multiprocessing
+    import sqlite3
+
+    (tmp_path / ".mlflow.db.999999.tmp").write_text("a build killed midway")
+    ctx = multiprocessing.get_context("spawn")
+    procs = [ctx.Process(target=ensure_store, args=(tmp_path,)) for _ in range(3)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(120)
+    assert [p.exitcode for p in procs] == [0, 0, 0]
+    tables = {
+        name
+        for (name,) in sqlite3.connect(tmp_path / "mlflow.db").execute(
+            "select name from sqlite_master where type = 'table'"
+        )
+    }
+    assert {"experiments", "runs", "registered_models", "model_versions"} <= tables
+    assert not list(tmp_path.glob(".mlflow.db.*.tmp"))
+
+
+def test_a_store_half_built_by_an_older_version_is_one_clear_line(tmp_path: Path):
+    import sqlite3
+
+    import mlflow
+    import pytest
+
+    from components.cli_process import _known_error
+    from components.tracking import configure
+
+    with sqlite3.connect(tmp_path / "mlflow.db") as db:  # MLflow stopped after one table
+        db.execute("create table experiments (x int)")
+    configure(tmp_path)
+    with pytest.raises(Exception) as err:
+        mlflow.search_experiments()
+    code, message = _known_error(err.value)
+    assert code == 1 and message.startswith("mlflow.db is half-built")
