@@ -80,6 +80,8 @@ def _known_error(err: BaseException) -> tuple[int, str] | None:
     envs = mods.get("components.envs.base")
     if envs and isinstance(err, envs.EnvError):  # e.g. an AgentGym server out of reach
         return EXIT_ERROR, str(err)
+    if _old_store(err):  # MLflow's own message says how to migrate: first line only
+        return EXIT_ERROR, f"mlflow.db: {str(err).strip().splitlines()[0]}"
     if _half_built_store(err):
         # a store half-built before stores were built whole (components/tracking.py)
         return EXIT_ERROR, (
@@ -97,6 +99,12 @@ def _known_error(err: BaseException) -> tuple[int, str] | None:
             message += "; the previous outputs are unchanged"
         return EXIT_ERROR, message
     return None
+
+
+def _old_store(err: BaseException) -> bool:
+    """An MLflow error for a store made by another MLflow version (``mlflow db upgrade``)."""
+    mlflow = sys.modules.get("mlflow.exceptions")
+    return bool(mlflow) and isinstance(err, mlflow.MlflowException) and "out-of-date" in str(err)
 
 
 def _half_built_store(err: BaseException) -> bool:

@@ -2,13 +2,36 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+import types
+from typing import Annotated, Any, Union, get_args, get_origin
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
+
+
+def _admits_bool(annotation: Any) -> bool:
+    """Whether a field's type takes a bool (bool, Any, or a union or alias holding one)."""
+    if annotation is bool or annotation is Any:
+        return True
+    if get_origin(annotation) in (Annotated, Union, types.UnionType):
+        return any(_admits_bool(arg) for arg in get_args(annotation))
+    return False
 
 
 class _Section(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_bool_for_a_number(cls, value: Any, info: ValidationInfo) -> Any:
+        # pydantic's lax mode reads `max_steps: true` as 1: a typo that would run silently
+        field = cls.model_fields.get(info.field_name or "")
+        if isinstance(value, bool) and field is not None and not _admits_bool(field.annotation):
+            raise ValueError(f"expected {_type_name(field.annotation)}, not {str(value).lower()}")
+        return value
+
+
+def _type_name(annotation: Any) -> str:
+    return getattr(annotation, "__name__", None) or str(annotation).replace("typing.", "")
 
 
 def fields_of(section: Any, *names: str) -> dict[str, Any]:

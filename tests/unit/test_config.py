@@ -92,6 +92,16 @@ def test_wrong_type_and_unknown_profile(tmp_path: Path):
         load_config(ROOT / "params.yaml", profile="laptop")
 
 
+def test_a_bool_is_not_read_as_a_number(tmp_path: Path):
+    # lax pydantic reads `max_steps: true` as 1 and `lr: false` as 0.0: a typo that runs
+    path = _write(tmp_path, lambda r: r["env"].update(max_steps=True))
+    with pytest.raises(ConfigError, match=r"env\.max_steps: .*not true"):
+        load_config(path)
+    path = _write(tmp_path, lambda r: r["experience"].update(learning_rate=False))
+    with pytest.raises(ConfigError, match=r"experience\.learning_rate: .*not false"):
+        load_config(path)
+
+
 def test_split_must_leave_a_test_split(tmp_path: Path):
     path = _write(tmp_path, lambda r: r["tasks"].update(split={"train": 0.8, "validation": 0.2}))
     with pytest.raises(ConfigError, match="held-out test split"):

@@ -138,3 +138,23 @@ def test_a_store_half_built_by_an_older_version_is_one_clear_line(tmp_path: Path
         mlflow.search_experiments()
     code, message = _known_error(err.value)
     assert code == 1 and message.startswith("mlflow.db is half-built")
+
+
+def test_a_store_of_an_older_mlflow_is_one_line_saying_how_to_upgrade(tmp_path: Path):
+    import sqlite3
+
+    import mlflow
+    import pytest
+
+    from components.cli_process import _known_error
+    from components.tracking import configure
+
+    ensure_store(tmp_path)
+    with sqlite3.connect(tmp_path / "mlflow.db") as db:  # as an older MLflow left it
+        db.execute("update alembic_version set version_num = '451aebb31d03'")
+    configure(tmp_path)
+    with pytest.raises(Exception) as err:
+        mlflow.search_experiments()
+    code, message = _known_error(err.value)
+    assert code == 1 and "\n" not in message
+    assert message.startswith("mlflow.db: ") and "mlflow db upgrade" in message
