@@ -208,7 +208,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         action="append",
         default=[],
         metavar="SECTION.KEY=VALUE",
-        help="override a params.yaml setting (JSON value), e.g. rl.s2r_dream_iterations=72",
+        help="override a params.yaml setting (JSON value), e.g. rl.s2r_dream_iterations=144",
     )
     cmp = sub.add_parser("compare", help="paired difference of two results over shared games")
     cmp.add_argument("a")

@@ -305,10 +305,10 @@ class RLConfig(_Section):
         "and the re-grounded model is fit on those walks too",
     )
     s2r_dream_iterations: int | None = Field(
-        144,
+        None,
         ge=1,
-        description="reground: rounds of RL in the re-grounded dream (None: DreamGym's own; "
-        "dreamt rounds are cheap: 144, twice DreamGym's cpu rounds, by default)",
+        description="reground: rounds of RL in the re-grounded dream (None: DreamGym's own, "
+        "dreamgym_iterations)",
     )
     s2r_tasks_per_iteration: int | None = Field(
         8, ge=1, description="sim-to-real rounds' task batch (None: the algorithm's own)"

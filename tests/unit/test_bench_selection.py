@@ -17,10 +17,10 @@ def cfg():
 
 
 def test_overrides_reach_nested_settings_and_leave_the_rest(cfg) -> None:
-    out = overridden(cfg, ["rl.s2r_dream_iterations=72", "rl.grpo.temperature=0.5"])
-    assert out.rl.s2r_dream_iterations == 72 and out.rl.grpo.temperature == 0.5
+    out = overridden(cfg, ["rl.s2r_dream_iterations=144", "rl.grpo.temperature=0.5"])
+    assert out.rl.s2r_dream_iterations == 144 and out.rl.grpo.temperature == 0.5
     assert out.rl.ppo == cfg.rl.ppo and out.agent == cfg.agent
-    assert cfg.rl.s2r_dream_iterations != 72  # the loaded config is untouched
+    assert cfg.rl.s2r_dream_iterations != 144  # the loaded config is untouched
 
 
 @pytest.mark.parametrize(
