@@ -11,8 +11,10 @@ random included), greedy success is reported beside it.
 Statistics: episodes of one task under different seeds are correlated, so intervals
 come from a cluster bootstrap over tasks (tasks resampled with replacement, all their
 seeds kept); a method's difference from SFT (and from random) is paired: the same
-(task, seed) episodes are subtracted before resampling. ``None`` marks a method not
-evaluated: nothing is ever filled in.
+(task, seed) episodes are subtracted before resampling. The DreamGym rows are also paired
+with the claims they test (``CLAIMS``): DreamGym against real-env RL of its algorithm,
+S2R against real-env RL and against the DreamGym policy it started from. ``None`` marks a
+method not evaluated: nothing is ever filled in.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from components.artifacts import METHODS, RANDOM
+from components.artifacts import ALGOS, METHODS, RANDOM, dreamgym_method, real_method, s2r_method
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +42,15 @@ LABELS = {
     "dreamgym_ppo": "DreamGym PPO",
     "s2r_grpo": "DreamGym-S2R GRPO",
     "s2r_ppo": "DreamGym-S2R PPO",
+}
+# method -> {key in its row: the method it is paired with}: the paper's claims, that RL in
+# the synthetic env matches RL in the real one, and that S2R improves on both
+CLAIMS: dict[str, dict[str, str]] = {
+    **{dreamgym_method(a): {"vs_real_rl": real_method(a)} for a in ALGOS},
+    **{
+        s2r_method(a): {"vs_real_rl": real_method(a), "vs_dreamgym": dreamgym_method(a)}
+        for a in ALGOS
+    },
 }
 SAMPLED, GREEDY = "sampled", "greedy"
 HEADLINE = SAMPLED
@@ -124,8 +135,10 @@ def method_row(
     real_steps: int | None,
     sft: Sequence[Mapping[str, Any]] | None,
     random: Sequence[Mapping[str, Any]] | None,
+    references: Mapping[str, Sequence[Mapping[str, Any]] | None] | None = None,
 ) -> dict[str, Any] | None:
-    """One Table-1 row: headline (sampled) fields first, then greedy and paired diffs."""
+    """One Table-1 row: headline (sampled) fields first, then greedy and paired diffs
+    (``vs_sft``, ``vs_random`` and one per ``references`` key)."""
     head = mode_summary(rows, HEADLINE)
     if head is None:
         return None
@@ -133,7 +146,7 @@ def method_row(
     greedy = mode_summary(rows, GREEDY)
     if greedy is not None:
         row["greedy"] = {k: greedy[k] for k in ("success", "ci_low", "ci_high", "episodes")}
-    for name, base in (("vs_sft", sft), ("vs_random", random)):
+    for name, base in (("vs_sft", sft), ("vs_random", random), *(references or {}).items()):
         if base is not None and base is not rows:
             diff = paired_difference(rows, base)
             if diff is not None:
@@ -154,6 +167,7 @@ def build_table(
                 real_steps=real_steps.get(method),
                 sft=episodes.get("sft"),
                 random=episodes.get(RANDOM),
+                references={k: episodes.get(m) for k, m in CLAIMS.get(method, {}).items()},
             )
             if eps
             else None
@@ -225,23 +239,26 @@ def markdown(table: Table) -> str:
             f"### {env}",
             "",
             "Success % on held-out test games, sampled (the headline) and greedy; 95% CIs "
-            "by cluster bootstrap over games; differences paired on the same games and seeds.",
+            "by cluster bootstrap over games; differences paired on the same games and seeds "
+            "(vs real-env RL and vs DreamGym: against the same algorithm's row).",
             "",
-            "| method | sampled % (95% CI) | greedy % | vs SFT (95% CI) | vs random | episodes "
-            "| seeds | real steps |",
-            "|---|---|---|---|---|---|---|---|",
+            "| method | sampled % (95% CI) | greedy % | vs SFT (95% CI) | vs random "
+            "| vs real-env RL (95% CI) | vs DreamGym (95% CI) | episodes | seeds | real steps |",
+            "|---|---|---|---|---|---|---|---|---|---|",
         ]
         for method in METHODS:
             r = rows.get(method)
             if r is None:
-                lines.append(f"| {LABELS[method]} | not evaluated | | | | | | |")
+                lines.append(f"| {LABELS[method]} | not evaluated | | | | | | | | |")
                 continue
             vr = r.get("vs_random")
             vs_random = f"{100 * vr['diff']:+.1f}" if vr else ""
             steps = "n/a" if r["real_steps"] is None else f"{round(r['real_steps']):,}"
             lines.append(
                 f"| {LABELS[method]} | {success_cell(r)} | {greedy_cell(r)} "
-                f"| {diff_cell(r.get('vs_sft'))} | {vs_random} | {r['episodes']} "
+                f"| {diff_cell(r.get('vs_sft'))} | {vs_random} "
+                f"| {diff_cell(r.get('vs_real_rl'))} | {diff_cell(r.get('vs_dreamgym'))} "
+                f"| {r['episodes']} "
                 f"| {r['seeds']} | {steps} |"
             )
         lines.append("")

@@ -148,6 +148,25 @@ def test_table1_has_every_method_random_first_and_never_fills_in():
     assert markdown({}).startswith("No policy")
 
 
+def test_table1_pairs_the_dreamgym_rows_with_the_claims_they_test():
+    episodes = {
+        "sft": _rows([0, 0, 0, 0]),
+        "grpo_real": _rows([1, 1, 0, 0]),
+        "dreamgym_grpo": _rows([1, 0, 0, 0]),
+        "s2r_grpo": _rows([1, 1, 1, 0]),
+        "s2r_ppo": _rows([1, 1, 1, 1]),  # its references were not evaluated
+    }
+    rows = build_table("textworld", episodes, {})["textworld"]
+    assert rows["dreamgym_grpo"]["vs_real_rl"]["diff"] == -0.25
+    assert "vs_dreamgym" not in rows["dreamgym_grpo"]
+    assert rows["s2r_grpo"]["vs_real_rl"]["diff"] == 0.25
+    assert rows["s2r_grpo"]["vs_dreamgym"]["diff"] == 0.5
+    assert not {"vs_real_rl", "vs_dreamgym"} & set(rows["s2r_ppo"])  # never against GRPO's
+    assert not {"vs_real_rl", "vs_dreamgym"} & set(rows["grpo_real"])
+    line = next(x for x in markdown({"textworld": rows}).splitlines() if "S2R GRPO" in x)
+    assert "| +25.0 (" in line and "| +50.0 (" in line
+
+
 def test_table1_cells_round_and_never_print_minus_zero():
     assert diff_cell({"diff": 0.0444, "ci_low": -1.9e-18, "ci_high": 0.0944}) == (
         "+4.4 (+0.0, +9.4)"

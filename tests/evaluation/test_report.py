@@ -133,7 +133,7 @@ def test_full_metrics_render_tables_and_plots(tmp_path):
     ]
     assert [x.name for x in res.placeholders] == ["rl_curves.png"]  # no history: not run
     assert all(p.read_bytes()[:8] == PNG and p.parent == res.markdown.parent for p in res.plots)
-    assert "| DreamGym GRPO | 40.0 | [25.0, 55.0] | n/a |  |  | 40 | 2 | 0 |" in text
+    assert "| DreamGym GRPO | 40.0 | [25.0, 55.0] | n/a |  |  |  |  | 40 | 2 | 0 |" in text
     assert "| SFT | 25.0 | [10.0, 40.0] |" in text
     assert "| w/o replay | 30.0 | 0.090 | 0.700 | 1.10 | 1.30 |" in text  # ablation row
     assert "| DreamGym GRPO w/o replay | 30.0 |" in text
@@ -186,7 +186,7 @@ def test_table1_as_the_stage_writes_it_with_paper_column_curves_and_run_drift(tm
     )
     res = build_report(m, tmp_path / "r", ReportConfig(dpi=40, paper_reference=True))
     text = res.markdown.read_text()
-    assert "| SFT | 25.0 | [10.0, 40.0] | n/a |  |  | 40 | 1 | 0 | 61.7/68.0/71.8 |" in text
+    assert "| SFT | 25.0 | [10.0, 40.0] | n/a |  |  |  |  | 40 | 1 | 0 | 61.7/68.0/71.8 |" in text
     assert "PPO (real env)" not in text.split("## RL training curves")[0]  # not evaluated
     assert "| GRPO (real env) | 2 | 0.20 | 0.30 | 250 | 1.0 |" in text
     assert "| DreamGym GRPO | 4 | 0.50 | 0.50 | 0 | 0.0 |" in text
