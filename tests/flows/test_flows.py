@@ -170,7 +170,7 @@ def test_pipeline_flow_runs_a_real_dvc_stage_nested_under_its_mlflow_run(
     # on a loaded CI machine, stop 39).
     assert pipeline(root=str(scratch_project), stages=["report"], force=True) == ["report"]
     text = (scratch_project / "reports" / "report.md").read_text()
-    assert "| SFT | 50.0 | [20.0, 80.0] | n/a |  |  | 8 | 1 |" in text
+    assert "| SFT | 50.0 | [20.0, 80.0] | n/a |  |  |  |  | 8 | 1 |" in text
     outs = yaml.safe_load((scratch_project / "dvc.yaml").read_text())["stages"]["report"]["outs"]
     for out in outs:  # every output DVC expects was written (placeholders included)
         assert (scratch_project / out).is_file(), out
