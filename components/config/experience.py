@@ -175,3 +175,17 @@ class CurriculumConfig(_Section):
     n_clusters: int = Field(8, ge=1, description="PPO: k-means clusters of task embeddings")
     variance_bins: int = Field(5, ge=1, description="bins of the logged variance histogram")
     seed: int = Field(0, description="selection, sampling and k-means seed")
+    generated_order: Literal["newest", "frontier"] = Field(
+        "frontier",
+        description="which generated tasks fill the generated share of a batch: newest = "
+        "the newest first; frontier = those whose last group had mixed outcomes, then new "
+        "and untried ones; a generated task whose last group tied (all won or all lost) is "
+        "retired and its slot goes to a real task",
+    )
+    max_real_tasks: int = Field(
+        0,
+        ge=0,
+        description="DreamGym: train on this many of the real train tasks (a fixed random "
+        "subset, the same for every seed; 0 = all), to measure what generated tasks add "
+        "when real tasks are scarce",
+    )

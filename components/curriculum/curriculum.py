@@ -15,12 +15,17 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from components.config import CurriculumConfig
 from components.curriculum.clusters import assign_clusters
 from components.curriculum.sampling import VarianceTaskSampler
-from components.curriculum.selection import filter_generated, mix_batch, select_seeds
+from components.curriculum.selection import (
+    filter_generated,
+    frontier_order,
+    mix_batch,
+    select_seeds,
+)
 from components.curriculum.variance import GroupStats, Rollout, group_stats, variance_histogram
 from components.experience.task_generation import GenerateFn, generate_variants
 from components.schema import Task
@@ -80,13 +85,34 @@ class Curriculum:
         )
         self.group_by = group_by
         self.embedder = embedder
-        self.generated: list[Task] = []  # newest first
+        self.generated: list[Task] = []  # in the order they fill the generated share
+        self.retired: list[Task] = []  # frontier order: tied last group, never picked again
         self.seed_ids: set[str] = set()
+        self.last_variance: dict[str, float] = {}  # generated task id -> last group's variance
 
     @property
     def tasks_by_id(self) -> dict[str, Task]:
         """Every task the curriculum knows (real and generated)."""
-        return {t.task_id: t for t in [*self.real, *self.generated]}
+        return {t.task_id: t for t in [*self.real, *self.generated, *self.retired]}
+
+    def state_dict(self) -> dict[str, Any]:
+        """What a resumed run needs to continue as if never stopped (JSON-serialisable)."""
+        return {
+            "generated": [t.model_dump(mode="json") for t in self.generated],
+            "retired": [t.model_dump(mode="json") for t in self.retired],
+            "last_variance": dict(self.last_variance),
+            "seed_ids": sorted(self.seed_ids),
+            "sampler": self.real_sampler.state_dict() if self.real_sampler is not None else None,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict` (older states have no retired tasks)."""
+        self.generated = [Task(**t) for t in state["generated"]]
+        self.retired = [Task(**t) for t in state.get("retired", [])]
+        self.last_variance = dict(state.get("last_variance", {}))
+        self.seed_ids = set(state["seed_ids"])
+        if self.real_sampler is not None and state.get("sampler"):
+            self.real_sampler.load_state_dict(state["sampler"])
 
     def first_batch(self) -> TaskBatch:
         """Iteration 0: real tasks only (no rollouts yet to measure variance)."""
@@ -133,12 +159,18 @@ class Curriculum:
                 )
             kept, rejected = filter_generated(
                 candidates,
-                [*self.real, *self.generated],
+                [*self.real, *self.generated, *self.retired],
                 min_chars=self.cfg.min_task_chars,
                 max_chars=self.cfg.max_task_chars,
             )
             counts.update({f"rejected_{k}": v for k, v in rejected.items()})
-            self.generated = kept + self.generated
+            if self.cfg.generated_order == "frontier":
+                gen_ids = {t.task_id for t in self.generated}
+                self.last_variance.update({t: s.variance for t, s in stats.items() if t in gen_ids})
+                self.generated, retired = frontier_order(self.generated, kept, self.last_variance)
+                self.retired.extend(retired)
+            else:
+                self.generated = kept + self.generated
             self.seed_ids.update(seeds)
         lam = self.cfg.lambda_generated if self.task_generation else 0.0
         tasks = mix_batch(
@@ -162,13 +194,14 @@ class Curriculum:
         counts: Counter[str],
         kept: Sequence[Task],
     ) -> dict[str, float]:
-        gen_ids = {t.task_id for t in self.generated}
+        gen_ids = {t.task_id for t in [*self.generated, *self.retired]}
         real_ids = {t.task_id for t in self.real}
         variances = [s.variance for s in per_task.values()]
         out: dict[str, float] = {
             "share_generated": sum(t.generated for t in tasks) / len(tasks),
             "n_generated_in_batch": float(sum(t.generated for t in tasks)),
             "n_generated_pool": float(len(self.generated)),
+            "n_generated_retired": float(len(self.retired)),
             "n_generated_new": float(len(kept)),
             "mean_variance": sum(variances) / len(variances) if variances else 0.0,
             **{k: float(v) for k, v in counts.items()},

@@ -7,6 +7,9 @@
   against every existing task.
 - lambda caps the generated share EXACTLY: a batch of B tasks holds
   min(floor(lambda * B), available) generated tasks, the rest real ones.
+- frontier order: generated tasks whose last group had mixed outcomes first; one whose
+  last group tied is retired (it teaches GRPO nothing, and most such variants are
+  unwinnable in the dream), so its slot goes to a real task.
 """
 
 from __future__ import annotations
@@ -87,6 +90,28 @@ def filter_generated(
         seen.add(key)
         kept.append(task)
     return kept, rejected
+
+
+def frontier_order(
+    generated: Sequence[Task], new: Sequence[Task], last_variance: Mapping[str, float]
+) -> tuple[list[Task], list[Task]]:
+    """(eligible, retired) generated tasks: mixed last group, then ``new``, then untried.
+
+    ``last_variance`` maps a task id to its last group's reward variance; a task absent
+    from it was never played. ``new`` tasks are not in ``generated`` yet.
+    """
+    played = [t for t in generated if t.task_id in last_variance]
+    mixed = [t for t in played if last_variance[t.task_id] > 0]
+    retired = [t for t in played if last_variance[t.task_id] <= 0]
+    untried = [t for t in generated if t.task_id not in last_variance]
+    return [*mixed, *new, *untried], retired
+
+
+def subsample_tasks(tasks: Sequence[Task], n: int, seed: int = 0) -> list[Task]:
+    """``n`` of ``tasks`` at random (all when ``n`` is 0 or too large); order-independent."""
+    if n <= 0 or n >= len(tasks):
+        return list(tasks)
+    return random.Random(seed).sample(sorted(tasks, key=lambda t: t.task_id), n)
 
 
 def n_generated_slots(batch_size: int, lambda_generated: float) -> int:

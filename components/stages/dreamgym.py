@@ -61,6 +61,7 @@ class DreamGymRun:
         from components.artifacts import experience_model_dir
         from components.curriculum import Curriculum
         from components.curriculum.sampling import VarianceTaskSampler
+        from components.curriculum.selection import subsample_tasks
         from components.experience.coevolution import coevolution_enabled, fork_seed_buffer
         from components.experience.grounded import is_grounded_dir
 
@@ -121,6 +122,8 @@ class DreamGymRun:
                 "no train task has a recorded initial state to start synthetic episodes "
                 f"(no real train trajectory in {paths.trajectories_file}?)"
             )
+        # a scarce real task set (curriculum.max_real_tasks): the same subset for every seed
+        self.tasks = subsample_tasks(self.tasks, cfg.curriculum.max_real_tasks)
         algo_cfg = getattr(cfg.rl, algo)
         sampler = (
             VarianceTaskSampler(self.tasks, seed=seed)
@@ -209,10 +212,7 @@ class DreamGymRun:
         else:
             if iteration - 1 not in self._last:  # resumed: restore the curriculum
                 saved = json.loads(self._round_file(iteration - 1).read_text(encoding="utf-8"))
-                cur.generated = [Task(**t) for t in saved["generated"]]
-                cur.seed_ids = set(saved["seed_ids"])
-                if cur.real_sampler is not None and saved.get("sampler"):
-                    cur.real_sampler.load_state_dict(saved["sampler"])
+                cur.load_state_dict(saved)
                 self._last[iteration - 1] = [Rollout(*r) for r in saved["rollouts"]]
             batch = cur.next_batch(self._last.pop(iteration - 1), iteration)
         if any(t.split != TRAIN_SPLIT for t in batch.tasks):
@@ -248,9 +248,7 @@ class DreamGymRun:
         cur = self.curriculum
         state = {
             "rollouts": [list(r) for r in rollouts],
-            "generated": [t.model_dump(mode="json") for t in cur.generated],
-            "seed_ids": sorted(cur.seed_ids),
-            "sampler": cur.real_sampler.state_dict() if cur.real_sampler is not None else None,
+            **cur.state_dict(),
             "metrics": {_plain(k): v for k, v in metrics.items()},
         }
         self._round_file(iteration).write_text(json.dumps(state), encoding="utf-8")
@@ -270,7 +268,7 @@ class DreamGymRun:
             "synthetic_steps": steps,
             "synthetic_trajectories": len(trajs),
             "synthetic_success": sum(t.success for t in trajs) / max(1, len(trajs)),
-            "generated_tasks": len(self.curriculum.generated),
+            "generated_tasks": len(self.curriculum.generated) + len(self.curriculum.retired),
             "coevolution": int(self.coevolve),
             "task_generation": int(self.curriculum.task_generation),
         }

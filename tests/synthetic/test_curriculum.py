@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
@@ -20,6 +22,7 @@ from components.curriculum import (
     variance_histogram,
 )
 from components.curriculum.clusters import assign_clusters
+from components.curriculum.selection import subsample_tasks
 from components.experience.task_generation import generated_task
 from components.schema import Task
 
@@ -195,3 +198,60 @@ def test_ppo_groups_are_clusters(wordllama):
     assert stats["b1"].variance == 0.0
     with pytest.raises(ValueError, match="embedder"):
         Curriculum(real, cfg, group_by="cluster")
+
+
+def test_frontier_order_retires_tied_variants_and_gives_their_slots_to_real_tasks():
+    real = [_task(f"tw-quest-{i}", f"Take item {i} from the box.") for i in range(6)]
+    cfg = CurriculumConfig(
+        batch_size=8,
+        lambda_generated=0.5,
+        seeds_per_iteration=2,
+        variants_per_seed=2,
+        min_task_chars=5,
+        generated_order="frontier",
+    )
+    cur = Curriculum(real, cfg, generate_fn=_fake_variants)
+    first = cur.next_batch(_rollouts({"tw-quest-0": 4, "tw-quest-3": 3}), iteration=1)
+    a, b, c, d = (t.task_id for t in first.new_generated)
+    # a mixed, b all lost, c all won, d not played: a first, then the new ones, then d
+    batch = cur.next_batch(_rollouts({a: 3, b: 0, c: 8, "tw-quest-0": 8}), iteration=2)
+    ids = [t.task_id for t in cur.generated]
+    assert ids[0] == a and ids[-1] == d and ids[1:-1] == [t.task_id for t in batch.new_generated]
+    assert {t.task_id for t in cur.retired} == {b, c}
+    assert batch.metrics["n_generated_retired"] == 2
+    assert not {b, c} & {t.task_id for t in batch.tasks}
+    # a retired task stays known (stats, dedup) but never comes back
+    assert {b, c} <= set(cur.tasks_by_id)
+    later = cur.next_batch(_rollouts({a: 0}), iteration=3)
+    assert a in {t.task_id for t in cur.retired}
+    assert not {a, b, c} & {t.task_id for t in later.tasks}
+    # with no eligible generated task left, the whole batch is real
+    cur.generated = []
+    assert not any(t.generated for t in cur.next_batch([], iteration=4).tasks)
+
+
+def test_a_restored_curriculum_picks_the_same_next_batch():
+    real = [_task(f"tw-quest-{i}", f"Take item {i} from the box.") for i in range(6)]
+    cfg = CurriculumConfig(
+        batch_size=8, lambda_generated=0.5, min_task_chars=5, generated_order="frontier"
+    )
+    cur = Curriculum(real, cfg, generate_fn=_fake_variants)
+    first = cur.next_batch(_rollouts({"tw-quest-0": 4, "tw-quest-3": 3}), iteration=1)
+    a, b = (t.task_id for t in first.new_generated[:2])
+    cur.next_batch(_rollouts({a: 3, b: 0}), iteration=2)
+    state = json.loads(json.dumps(cur.state_dict()))
+    fresh = Curriculum(real, cfg, generate_fn=_fake_variants)
+    fresh.load_state_dict(state)
+    rollouts = _rollouts({a: 8, "tw-quest-1": 5})
+    want = cur.next_batch(rollouts, iteration=3)
+    got = fresh.next_batch(rollouts, iteration=3)
+    assert [t.task_id for t in got.tasks] == [t.task_id for t in want.tasks]
+    assert [t.task_id for t in fresh.retired] == [t.task_id for t in cur.retired]
+
+
+def test_subsample_tasks_is_fixed_and_order_independent():
+    tasks = [_task(f"tw-quest-{i}", f"Take item {i} from the box.") for i in range(20)]
+    some = subsample_tasks(tasks, 5)
+    assert len({t.task_id for t in some}) == 5
+    assert [t.task_id for t in subsample_tasks(tasks[::-1], 5)] == [t.task_id for t in some]
+    assert subsample_tasks(tasks, 0) == tasks and subsample_tasks(tasks, 99) == tasks

@@ -1,0 +1,148 @@
+"""What generated tasks add to DreamGym GRPO when real train tasks are scarce.
+
+The paper's task generator exists to give the learner new tasks at its frontier. With all
+160 train games and the variance sampler, TextWorld DreamGym GRPO scores the same with and
+without generated tasks; this bench asks when they matter. For each real task budget
+(``curriculum.max_real_tasks``: a fixed random subset of the train games, the same for
+every seed) it retrains DreamGym GRPO three ways on the project (no generated tasks,
+``generated_order=newest``, ``generated_order=frontier`` (the default)), evaluates each
+on the selection suite (fresh games, never test) and pairs them per game with a bootstrap
+95% CI. Run it from a TextWorld cpu project after ``make run`` and
+``python -m bench.selection generate``:
+
+    python -m bench.task_scarcity                  # ~35 min on 2 cores; resumable
+    python -m bench.task_scarcity --budgets 16,32  # some budgets only
+
+Each arm is ``python -m bench.selection retrain scarce<budget>_<arm> --kind dreamgym``
+with the arm's overrides; an arm whose results exist is not retrained (delete
+``data/selection/results/scarce*.jsonl`` to redo it). Every arm is retrained, even the
+one the project's settings match: its policies may come from older code.
+Writes ``bench/results/task_scarcity.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from bench.selection import (
+    RETRAINED,
+    SUITE,
+    evaluate,
+    overridden,
+    paired,
+    per_game,
+    retrain,
+)
+
+OUT = Path("bench/results/task_scarcity.json")
+ARMS: dict[str, list[str]] = {
+    "no_generation": ["ablation.no_task_generation=true"],
+    "newest": ['curriculum.generated_order="newest"'],
+    "frontier": ['curriculum.generated_order="frontier"'],
+}
+# (a, b) pairs reported: what generation adds, and what the frontier order adds to it
+PAIRS = (("newest", "no_generation"), ("frontier", "no_generation"), ("frontier", "newest"))
+
+
+def arm_result(cfg: Any, root: Path, suite: Path, budget: int, arm: str) -> Path:
+    """The arm's per-episode results on the suite, retrained and evaluated if missing."""
+    name = f"scarce{budget}_{arm}"
+    out = suite / "results" / f"{name}.jsonl"
+    if out.is_file():
+        return out
+    sets = [*ARMS[arm], f"curriculum.max_real_tasks={budget}"]
+    start = time.perf_counter()
+    retrain(overridden(cfg, sets), root, name, "dreamgym", "grpo")
+    summary = evaluate(cfg, root, suite, name, RETRAINED + name)
+    print(
+        f"{name}: {100 * summary['success']:.1f}% over {summary['episodes']} episodes "
+        f"in {time.perf_counter() - start:.0f} s",
+        flush=True,
+    )
+    return out
+
+
+def summarise(path: Path) -> dict[str, Any]:
+    """Success over every episode of a results file, and per seed."""
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    seeds = sorted({r["seed"] for r in rows})
+    per_seed = {
+        str(s): sum(r["success"] for r in rows if r["seed"] == s)
+        / sum(r["seed"] == s for r in rows)
+        for s in seeds
+    }
+    return {
+        "success": sum(r["success"] for r in rows) / len(rows),
+        "per_seed": per_seed,
+        "episodes": len(rows),
+        "games": len({r["task_id"] for r in rows}),
+    }
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """The command line (see the module docstring)."""
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.task_scarcity",
+        description="DreamGym GRPO with and without generated tasks, per real task budget.",
+    )
+    parser.add_argument(
+        "--budgets",
+        default="16,32,0",
+        help="real train tasks per run, comma-separated (0 = all of them)",
+    )
+    parser.add_argument("--suite", type=Path, default=SUITE, help="the selection suite")
+    parser.add_argument("--out", type=Path, default=OUT, help="where the JSON goes")
+    args = parser.parse_args(argv)
+    try:
+        budgets = [int(b) for b in args.budgets.split(",")]
+    except ValueError:
+        raise SystemExit(f"--budgets {args.budgets!r}: expected integers, e.g. 16,32,0") from None
+    if any(b < 0 for b in budgets):
+        raise SystemExit(f"--budgets {args.budgets!r}: a budget is >= 0 (0 = all tasks)")
+
+    from components.cli_process import offline_and_quiet
+    from components.config import load_config
+    from components.tracking import git_commit
+
+    offline_and_quiet()
+    root = Path.cwd()
+    cfg = load_config(root / "params.yaml")
+    if cfg.env.name != "textworld":
+        raise SystemExit(f"the selection suite is TextWorld's; env is {cfg.env.name}")
+    if not (args.suite / "data" / "tasks" / "tasks.jsonl").is_file():
+        raise SystemExit(f"no suite at {args.suite}: run `python -m bench.selection generate`")
+    # the code that measured it: this checkout (the project may be an older run's)
+    sha, dirty = git_commit(Path(__file__).resolve().parents[1], params_ok=True)
+    rows: dict[str, Any] = {}
+    for budget in budgets:
+        files = {arm: arm_result(cfg, root, args.suite, budget, arm) for arm in ARMS}
+        row: dict[str, Any] = {arm: summarise(f) for arm, f in files.items()}
+        for a, b in PAIRS:
+            res = paired(per_game(files[a]), per_game(files[b]))
+            row[f"{a}_vs_{b}"] = {k: round(v, 4) for k, v in res.items() if k != "games"}
+        rows["all" if budget == 0 else str(budget)] = row
+        line = ", ".join(f"{arm} {100 * row[arm]['success']:.1f}" for arm in ARMS)
+        print(f"{budget or 'all'} real tasks: {line}", flush=True)
+    result = {
+        "what": "DreamGym GRPO success on the selection suite (fresh games, never test), "
+        "by real train task budget; paired differences per game with a bootstrap 95% CI",
+        "seeds": 3,
+        "passes": "sampled x3",
+        "budgets": rows,
+        "_provenance": {"git_commit": sha, "dirty": dirty, "profile": cfg.profile},
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = args.out.with_suffix(".tmp")
+    tmp.write_text(json.dumps(result, indent=2) + "\n")
+    tmp.replace(args.out)
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
