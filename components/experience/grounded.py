@@ -302,22 +302,28 @@ class GroundedModel(RoomKnowledge, TaskVariants):
     def _draft(self, query: Query) -> _Draft:
         task, memory, state, action, admissible, rooms = query
         tid = task.task_id
+        # a generated task plays in its parent's game: that game's map and recorded
+        # outcomes (won judged anew below); its own dreams are kept under its own id
+        game = self._game_of(task)
         if not self.settings.history:
             memory = EpisodeMemory.replay(memory.instruction, state)
             rooms = None
         if self.settings.replay:
-            key = (tid, _world_key(state), action.lower())
-            for table, evidence in ((self.exact, REPLAY), (self.synthetic, SYNTHETIC_REPLAY)):
+            for table, evidence, owner in (
+                (self.exact, REPLAY, game),
+                (self.synthetic, SYNTHETIC_REPLAY, tid),
+            ):
+                key = (owner, _world_key(state), action.lower())
                 if key in table:
                     outcomes = table[key]
                     if self.science and evidence == REPLAY and len(outcomes) > 1:
                         at = memory.n_steps + 1
                         ns, _, won, lost = _nearest(
-                            outcomes, lambda o: self.outcome_steps.get((*key, o[0])), at
+                            outcomes, lambda o, key=key: self.outcome_steps.get((*key, o[0])), at
                         )
                     else:
                         ns, _, won, lost = _top(outcomes)
-                    adm, fallback = self._admissible(tid, ns, admissible, _played(memory, action))
+                    adm, fallback = self._admissible(game, ns, admissible, _played(memory, action))
                     why = "This command was seen in this state of this game: same outcome."
                     if evidence == SYNTHETIC_REPLAY:
                         why = "This command was dreamt in this state before: same outcome."
@@ -352,13 +358,13 @@ class GroundedModel(RoomKnowledge, TaskVariants):
         if fixed is not None:  # ScienceWorld's own answer: doors, nothing to mix
             evidence, (why, feedback, nsur) = EDIT, fixed
         elif verb == "go" and valid:
-            dests = self.exits.get((tid, location, x)) if self.settings.replay else None
+            dests = self.exits.get((game, location, x)) if self.settings.replay else None
             if dests:
                 nloc = _top(dests)
                 if rooms and nloc in rooms:
                     nsur = rooms[nloc]
-                elif self.room_views.get((tid, nloc)):
-                    nsur = self._view_at(tid, nloc, memory.n_steps + 1)
+                elif self.room_views.get((game, nloc)):
+                    nsur = self._view_at(game, nloc, memory.n_steps + 1)
                 evidence, why = MAP, f"Going {x} from the {location} leads to the {nloc}."
                 feedback = f"You are in the {nloc}."
             elif (dreamt := self._dreamt_room(task, location, x)) is not None:
@@ -367,15 +373,15 @@ class GroundedModel(RoomKnowledge, TaskVariants):
                 evidence = UNKNOWN_ROOM
                 why = f"No recorded episode went {x} from the {location}: the {nloc} is dreamt."
                 feedback = f"You are in the {nloc}."
-            elif (named := self._named_room(tid, x, rooms)) not in (None, location):
+            elif (named := self._named_room(game, x, rooms)) not in (None, location):
                 # ScienceWorld names where it goes ("go to hallway"): a room of this game
                 nloc = named
-                nsur = (rooms or {}).get(nloc) or _top(self._views(tid, nloc))
+                nsur = (rooms or {}).get(nloc) or _top(self._views(game, nloc))
                 evidence, why = MAP, f"The command names the {nloc}, a room of this game."
                 feedback = f"You move to the {nloc}."
-            elif (guess := self._guess_room(tid, location, x)) is not None:
+            elif (guess := self._guess_room(game, location, x)) is not None:
                 nloc = guess
-                nsur = (rooms or {}).get(nloc) or self._view_at(tid, nloc, memory.n_steps + 1)
+                nsur = (rooms or {}).get(nloc) or self._view_at(game, nloc, memory.n_steps + 1)
                 evidence, why = MAP, f"The {nloc} has an unexplored exit back {OPPOSITE[x]}."
                 feedback = f"You are in the {nloc}."
             else:
@@ -398,7 +404,7 @@ class GroundedModel(RoomKnowledge, TaskVariants):
                 f"learned effect: {op.removeprefix('sci_').replace('_', ' ')}."
             )
         next_state = render_state(nloc, nsur, ninv, feedback)
-        adm, fallback = self._admissible(tid, next_state, admissible, _played(memory, action))
+        adm, fallback = self._admissible(game, next_state, admissible, _played(memory, action))
         draft = _Draft(next_state, False, False, adm, evidence, fallback, why, replayed=False)
         draft.memory, draft.action, draft.current = memory, action, admissible
         draft.state = state

@@ -42,6 +42,7 @@ class RoomKnowledge:
     # the GroundedModel fields (and cache) these methods read
     settings: Any
     science: bool
+    pages: bool
     exits: dict[tuple[str, str, str], Counter]
     room_views: dict[tuple[str, str], Counter]
     states_by_room: dict[tuple[str, str], list[tuple[str, tuple[str, ...]]]]
@@ -49,6 +50,14 @@ class RoomKnowledge:
     gold_path: dict[str, tuple[str, ...]]
     guessed: dict[tuple[str, str, str], str | None]
     _cache: Any
+
+    def _game_of(self, task: Any) -> str:
+        """The game whose recorded world ``task`` plays in: a TextWorld variant's parent."""
+        # under its own id a variant had no map, so most treasure variants were unwinnable;
+        # a page variant's page is in its state already
+        if task.generated and task.parent_task_id and not self.pages:
+            return task.parent_task_id
+        return task.task_id
 
     def _guess_room(self, task_id: str, location: str, direction: str) -> str | None:
         """A room of this game whose exit back (the opposite way) leads nowhere known yet.
@@ -89,20 +98,20 @@ class RoomKnowledge:
         """{(room, direction): (dreamt room, its view)} of ``task``'s game, and the ways
         back; a function of the fitted tables and the task alone (cached), so every episode,
         batched or alone, dreams the same map."""
-        tid = task.task_id
-        cached = self._cache.dreamt.get(tid)
+        tid, game = task.task_id, self._game_of(task)
+        cached = self._cache.dreamt.get(tid)  # per task: the goal room follows its instruction
         if cached is not None:
             return cached
         out: dict[tuple[str, str], tuple[str, str]] = {}
         self._cache.dreamt[tid] = out
         if self.science or self.pages or not self.settings.replay:
             return out
-        rooms = sorted(r for (t, r) in self.room_views if t == tid)
+        rooms = sorted(r for (t, r) in self.room_views if t == game)
         unexplored = [
             (room, d)
             for room in rooms
-            for d in exits_of(_top_view(self.room_views[(tid, room)]))
-            if not self.exits.get((tid, room, d))
+            for d in exits_of(_top_view(self.room_views[(game, room)]))
+            if not self.exits.get((game, room, d))
         ]
         if not unexplored:
             return out
@@ -124,13 +133,13 @@ class RoomKnowledge:
         ]
         names.sort(key=lambda n: zlib.crc32(f"{tid}|{n}".encode()))
         for room, d in unexplored:
-            if (room, d) in out or self._guess_room(tid, room, d) is not None:
+            if (room, d) in out or self._guess_room(game, room, d) is not None:
                 continue
             if not names:
                 break
             out[(room, d)] = (names.pop(), f"Exits: {OPPOSITE[d]}.")
         for (room, d), (dreamt, _) in list(out.items()):
-            out[(dreamt, OPPOSITE[d])] = (room, _top_view(self.room_views[(tid, room)]))
+            out[(dreamt, OPPOSITE[d])] = (room, _top_view(self.room_views[(game, room)]))
         return out
 
     def _goal_exit(self, task: Any) -> tuple[str, str, str] | None:

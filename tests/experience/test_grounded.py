@@ -507,6 +507,18 @@ def test_variants_are_earlier_steps_or_other_objects_of_the_game(model):
     ]
 
 
+def test_a_variant_plays_in_its_parent_games_recorded_world(model):
+    parent = _task(0)
+    variant = generated_task(parent, "Take the key from the floor of the kitchen.")
+    game = _Game(0)
+    for state, evidence in ((game.state("You are in the Hall."), REPLAY), (_unseen_hall(), MAP)):
+        memory = EpisodeMemory.replay(variant.instruction, state)
+        o = model.predict(variant, memory, state, "go east", game.admissible())
+        # under its own id the variant had no map: "You can't go that way"
+        assert o.evidence == evidence and o.next_state.startswith("Location: Kitchen\n")
+        assert "On the floor: a key." in o.next_state and not o.admissible_fallback
+
+
 def test_dreamt_outcomes_are_replayed_in_later_rounds(model, episodes):
     m = pickle.loads(pickle.dumps(model))
     task = _task(6)
