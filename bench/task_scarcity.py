@@ -12,6 +12,7 @@ on the selection suite (fresh games, never test) and pairs them per game with a 
 
     python -m bench.task_scarcity                  # ~35 min on 2 cores; resumable
     python -m bench.task_scarcity --budgets 16,32  # some budgets only
+    python -m bench.task_scarcity --compare-to before  # beside scarce*_<arm>_before.jsonl
 
 Each arm is ``python -m bench.selection retrain scarce<budget>_<arm> --kind dreamgym``
 with the arm's overrides; an arm whose results exist is not retrained (delete
@@ -68,6 +69,19 @@ def arm_result(cfg: Any, root: Path, suite: Path, budget: int, arm: str) -> Path
     return out
 
 
+def compare_to(suite: Path, budget: int, files: dict[str, Path], tag: str) -> dict[str, Any]:
+    """Each arm's kept ``tag`` results (summary) and the arm's paired gain over them."""
+    out: dict[str, Any] = {}
+    for arm, current in files.items():
+        kept = suite / "results" / f"scarce{budget}_{arm}_{tag}.jsonl"
+        if not kept.is_file():
+            continue
+        res = paired(per_game(current), per_game(kept))
+        out[f"{arm}_{tag}"] = summarise(kept)
+        out[f"{arm}_vs_{arm}_{tag}"] = {k: round(v, 4) for k, v in res.items() if k != "games"}
+    return out
+
+
 def summarise(path: Path) -> dict[str, Any]:
     """Success over every episode of a results file, and per seed."""
     rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
@@ -98,6 +112,13 @@ def main(argv: Sequence[str] | None = None) -> None:
     )
     parser.add_argument("--suite", type=Path, default=SUITE, help="the selection suite")
     parser.add_argument("--out", type=Path, default=OUT, help="where the JSON goes")
+    parser.add_argument(
+        "--compare-to",
+        default="",
+        metavar="TAG",
+        help="also pair each arm with the results kept as scarce<budget>_<arm>_<TAG>.jsonl "
+        "(e.g. an older code's arms, renamed before retraining); an arm without one is skipped",
+    )
     args = parser.parse_args(argv)
     try:
         budgets = [int(b) for b in args.budgets.split(",")]
@@ -126,6 +147,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         for a, b in PAIRS:
             res = paired(per_game(files[a]), per_game(files[b]))
             row[f"{a}_vs_{b}"] = {k: round(v, 4) for k, v in res.items() if k != "games"}
+        if args.compare_to:
+            row.update(compare_to(args.suite, budget, files, args.compare_to))
         rows["all" if budget == 0 else str(budget)] = row
         line = ", ".join(f"{arm} {100 * row[arm]['success']:.1f}" for arm in ARMS)
         print(f"{budget or 'all'} real tasks: {line}", flush=True)

@@ -50,6 +50,13 @@ def test_existing_results_are_reused_and_paired(tmp_path: Path, monkeypatch, cap
     assert (
         "16 real tasks: no_generation 16.7, newest 66.7, frontier 100.0" in capsys.readouterr().out
     )
+    # kept results of another code, paired with the arm of the same name
+    _results(suite / "results" / "scarce16_frontier_before.jsonl", {"a": 3, "b": 0})
+    main(["--budgets", "16", "--suite", str(suite), "--out", "out.json", "--compare-to", "before"])
+    row = json.loads((tmp_path / "out.json").read_text())["budgets"]["16"]
+    assert row["frontier_before"]["success"] == pytest.approx(0.5)
+    assert row["frontier_vs_frontier_before"]["diff"] == pytest.approx(0.5)
+    assert "newest_before" not in row  # no kept results: nothing to pair
 
 
 def test_a_missing_suite_is_a_one_line_error(tmp_path: Path, monkeypatch) -> None:
