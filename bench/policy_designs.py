@@ -8,7 +8,7 @@ bench/results/policy_designs.json:
 - ``designs.<name>``: SFT on the same expert demonstrations as the train_sft stage (same
   epochs, learning rate, batch), one policy per seed, then one sampled episode per
   validation game and seed (temperature ``agent.eval.temperature``, as Table 1's
-  headline); success with a 95% cluster-bootstrap CI over games, per-seed success,
+  headline); success with a 95% CI by bootstrap over games and seeds, per-seed success,
   and the accuracy of picking the expert's command on the validation demonstrations;
 - ``random``: the random admissible policy on the same games and seeds;
 - the designs (components/agent/features.py): ``full`` = frozen embeddings of the command

@@ -4,8 +4,9 @@ The pipeline's validation split is 29 games: a 2-point difference between two se
 noise there. This tool generates a larger suite of new games (another generator seed, so
 none of them is a train, validation or test game of the project), evaluates the project's
 policies on it, retrains an S2R or DreamGym variant with overridden settings, and compares
-two results paired per game with a bootstrap 95% CI. The README's selection tables were
-made with it. Run it from a project root after ``make run`` (the TextWorld cpu profile):
+two results paired per game and training seed, with a 95% CI that resamples both. The
+README's selection tables were made with it. Run it from a project root after
+``make run`` (the TextWorld cpu profile):
 
     python -m bench.selection generate                      # ~2 min: 150 games
     python -m bench.selection evaluate grpo_real            # the run's real GRPO policies
@@ -22,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import random
 import sys
 import time
 from collections import defaultdict
@@ -136,31 +136,31 @@ def retrain(cfg: Any, root: Path, name: str, kind: str, algo: str) -> list[dict[
     return run_jobs(rl_seed, jobs, WORKERS)
 
 
-def paired(a: dict[str, list[float]], b: dict[str, list[float]], seed: int = 0) -> dict[str, Any]:
-    """Mean per-game difference a - b over shared games, with a bootstrap 95% CI."""
-    games = sorted(set(a) & set(b))
-    if not games:
-        raise SystemExit("the two results share no game")
-    diffs = [sum(a[g]) / len(a[g]) - sum(b[g]) / len(b[g]) for g in games]
-    rng = random.Random(seed)
-    means = sorted(sum(rng.choice(diffs) for _ in diffs) / len(diffs) for _ in range(2000))
-    return {
-        "diff": sum(diffs) / len(diffs),
-        "ci_low": means[49],
-        "ci_high": means[1950],
-        "games": len(games),
-    }
+def paired(
+    a: dict[str, dict[int, float]], b: dict[str, dict[int, float]], seed: int = 0
+) -> dict[str, Any]:
+    """Mean difference a - b over shared (game, training seed) cells, with a 95% CI that
+    resamples games and seeds (a rerun trains other seeds: their spread is part of it)."""
+    from components.agent.table1 import crossed_bootstrap
+
+    diffs = {g: {s: a[g][s] - b[g][s] for s in a[g] if s in b[g]} for g in sorted(set(a) & set(b))}
+    diffs = {g: d for g, d in diffs.items() if d}
+    if not diffs:
+        raise SystemExit("the two results share no (game, seed)")
+    flat = [v for d in diffs.values() for v in d.values()]
+    low, high = crossed_bootstrap(diffs, seed=seed)
+    return {"diff": sum(flat) / len(flat), "ci_low": low, "ci_high": high, "games": len(diffs)}
 
 
-def per_game(path: Path) -> dict[str, list[float]]:
-    """task_id -> its episodes' success, from a results file."""
+def per_game(path: Path) -> dict[str, dict[int, float]]:
+    """task_id -> training seed -> its episodes' mean success, from a results file."""
     if not path.exists():
         raise SystemExit(f"no results at {path}: run `python -m bench.selection evaluate` first")
-    out: dict[str, list[float]] = defaultdict(list)
+    cells: dict[str, dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
     for line in path.read_text().splitlines():
         row = json.loads(line)
-        out[row["task_id"]].append(float(row["success"]))
-    return dict(out)
+        cells[row["task_id"]][int(row["seed"])].append(float(row["success"]))
+    return {g: {s: sum(v) / len(v) for s, v in seeds.items()} for g, seeds in cells.items()}
 
 
 def table(summaries: Path) -> str:

@@ -154,7 +154,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         print(f"{budget or 'all'} real tasks: {line}", flush=True)
     result = {
         "what": "DreamGym GRPO success on the selection suite (fresh games, never test), "
-        "by real train task budget; paired differences per game with a bootstrap 95% CI",
+        "by real train task budget; paired differences per game and training seed with a 95% "
+        "CI by bootstrap over games and seeds",
         "seeds": 3,
         "passes": "sampled x3",
         "budgets": rows,

@@ -8,10 +8,13 @@ Every method plays the same test tasks with the same seeds and step limit; the h
 is the **sampled** success (temperature ``agent.eval.temperature``; every method,
 random included), greedy success is reported beside it.
 
-Statistics: episodes of one task under different seeds are correlated, so intervals
-come from a cluster bootstrap over tasks (tasks resampled with replacement, all their
-seeds kept); a method's difference from SFT (and from random) is paired: the same
-(task, seed) episodes are subtracted before resampling. The DreamGym rows are also paired
+Statistics: a success rate varies with the tasks drawn and with the training run (seed),
+so intervals come from a crossed bootstrap: tasks and training seeds are resampled
+independently, each replicate averaging the (task, seed) cells drawn. An interval over
+tasks alone would hold the three trained policies fixed and claim more than a rerun
+repeats; with one seed (the PPO family) it is the task bootstrap. A method's difference
+from SFT (and from random) is paired: the same (task, seed) cells are subtracted before
+resampling. The DreamGym rows are also paired
 with the claims they test (``CLAIMS``): DreamGym against real-env RL of its algorithm,
 S2R against real-env RL and against the DreamGym policy it started from. ``None`` marks a
 method not evaluated: nothing is ever filled in.
@@ -76,6 +79,37 @@ def _matrix(rows: Iterable[Mapping[str, Any]], mode: str) -> dict[str, dict[int,
     }
 
 
+# how each env's intervals were made (``_ci_by_env``): a table archived before the crossed
+# bootstrap has none and resampled tasks only
+CROSSED, TASKS_ONLY = "games x training seeds", "games"
+
+
+def crossed_bootstrap(
+    cells: Mapping[str, Mapping[int, float]], seed: int = 0
+) -> tuple[float, float]:
+    """95% interval of the mean over (task, training seed) cells, resampling tasks and
+    seeds independently (Owen's pigeonhole bootstrap; a missing cell is skipped)."""
+    tasks = sorted(cells)
+    seeds = sorted({s for row in cells.values() for s in row})
+    if not tasks or not seeds:
+        return 0.0, 1.0
+    values = np.zeros((len(tasks), len(seeds)))
+    present = np.zeros_like(values)
+    for i, task in enumerate(tasks):
+        for j, s in enumerate(seeds):
+            if s in cells[task]:
+                values[i, j], present[i, j] = cells[task][s], 1.0
+    rng = np.random.default_rng(seed)
+    # how often each task / seed is drawn in each replicate
+    task_n = rng.multinomial(len(tasks), np.full(len(tasks), 1 / len(tasks)), size=BOOTSTRAP)
+    seed_n = rng.multinomial(len(seeds), np.full(len(seeds), 1 / len(seeds)), size=BOOTSTRAP)
+    sums = np.einsum("bi,ij,bj->b", task_n, values, seed_n)
+    counts = np.einsum("bi,ij,bj->b", task_n, present, seed_n)
+    means = sums[counts > 0] / counts[counts > 0]
+    lo, hi = np.quantile(means, [0.025, 0.975])
+    return float(lo), float(hi)
+
+
 def cluster_bootstrap(values: Mapping[str, Sequence[float]], seed: int = 0) -> tuple[float, float]:
     """95% interval of the mean over tasks' values, resampling tasks (seeds kept together)."""
     keys = sorted(values)
@@ -96,10 +130,9 @@ def mode_summary(rows: Sequence[Mapping[str, Any]], mode: str) -> dict[str, Any]
     m = _matrix(rows, mode)
     if not m:
         return None
-    values = {t: list(seeds.values()) for t, seeds in m.items()}
-    flat = [v for vs in values.values() for v in vs]
+    flat = [v for seeds in m.values() for v in seeds.values()]
     episodes = sum(r["mode"] == mode for r in rows)
-    lo, hi = cluster_bootstrap(values)
+    lo, hi = crossed_bootstrap(m)
     seeds = sorted({s for seeds in m.values() for s in seeds})
     per_seed = {
         str(s): float(np.mean([m[t][s] for t in m if s in m[t]])) for s in seeds
@@ -120,12 +153,12 @@ def paired_difference(
 ) -> dict[str, Any] | None:
     """Mean of (method - baseline) over shared (task, seed) episodes, with a 95% CI."""
     a, b = _matrix(rows, mode), _matrix(baseline, mode)
-    diffs = {t: [a[t][s] - b[t][s] for s in sorted(a[t]) if s in b.get(t, {})] for t in a if t in b}
+    diffs = {t: {s: a[t][s] - b[t][s] for s in a[t] if s in b.get(t, {})} for t in a if t in b}
     diffs = {t: d for t, d in diffs.items() if d}
     if not diffs:
         return None
-    lo, hi = cluster_bootstrap(diffs, seed=1)
-    flat = [v for vs in diffs.values() for v in vs]
+    lo, hi = crossed_bootstrap(diffs, seed=1)
+    flat = [v for d in diffs.values() for v in d.values()]
     return {"diff": float(np.mean(flat)), "ci_low": lo, "ci_high": hi, "pairs": len(flat)}
 
 
@@ -175,7 +208,7 @@ def build_table(
     unknown = sorted(set(episodes) - set(METHODS))
     if unknown:
         log.warning("evaluations of unknown methods left out of Table 1: %s", unknown)
-    return {env: rows}
+    return {env: rows, "_ci_by_env": {env: CROSSED}}
 
 
 def load_episodes(eval_dir: Path) -> dict[str, list[dict[str, Any]]]:
@@ -219,28 +252,38 @@ def keep_other_envs(table: Table, previous: Mapping[str, Any], env: str) -> Tabl
     """``table`` (this run's ``env``) with the other envs' rows of ``previous`` kept, each
     with the provenance of the run that made it (``_provenance_by_env``)."""
     by_env = dict(previous.get("_provenance_by_env") or {})
+    # Table 1 says how each env's intervals were made; a file without the key (an older
+    # Table 1, or policy fidelity, which has one seed) resampled games only
+    ci_tracked = "_ci_by_env" in table or "_ci_by_env" in previous
+    ci_old, ci_new = previous.get("_ci_by_env") or {}, table.get("_ci_by_env") or {}
     out = dict(table)
     out["_provenance_by_env"] = {}
+    ci_by_env = {env: ci_new.get(env, TASKS_ONLY)}
     for name, rows in previous.items():
         if name.startswith("_") or name == env or not isinstance(rows, dict):
             continue
         out[name] = rows
         # a file written before _provenance_by_env: its top-level provenance was that env's
         out["_provenance_by_env"][name] = by_env.get(name, previous.get("_provenance"))
+        ci_by_env[name] = ci_old.get(name, TASKS_ONLY)
     out["_provenance_by_env"][env] = table.get("_provenance")
+    if ci_tracked:
+        out["_ci_by_env"] = ci_by_env
     return out
 
 
 def markdown(table: Table) -> str:
     """The table as markdown, one section per env; methods not evaluated say so."""
     lines: list[str] = []
+    ci_by_env = table.get("_ci_by_env") or {}
     for env, rows in sorted((k, v) for k, v in table.items() if not k.startswith("_")):
         lines += [
             f"### {env}",
             "",
             "Success % on held-out test games, sampled (the headline) and greedy; 95% CIs "
-            "by cluster bootstrap over games; differences paired on the same games and seeds "
-            "(vs real-env RL and vs DreamGym: against the same algorithm's row).",
+            f"by bootstrap over {ci_by_env.get(env, TASKS_ONLY)}; differences paired on the "
+            "same games and seeds (vs real-env RL and vs DreamGym: against the same "
+            "algorithm's row).",
             "",
             "| method | sampled % (95% CI) | greedy % | vs SFT (95% CI) | vs random "
             "| vs real-env RL (95% CI) | vs DreamGym (95% CI) | episodes | seeds | real steps |",

@@ -82,6 +82,8 @@ def merge_env_entry(project: Mapping[str, Any], source: Mapping[str, Any], env: 
     head = {"_provenance": prov}
     if "_headline" in source:
         head["_headline"] = source["_headline"]
+    if env in (source.get("_ci_by_env") or {}):  # Table 1: how its intervals were made
+        head["_ci_by_env"] = {env: source["_ci_by_env"][env]}
     merged = keep_other_envs({**head, env: entry}, project, env)
     own_env = (project.get("_provenance") or {}).get("env")
     if own_env and own_env != env:  # the project's top level describes its own env's run

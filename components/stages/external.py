@@ -5,8 +5,8 @@ seed evaluated with its seed), a method name (``models/policy/<method>``) or a r
 alias ``policy@<alias>`` (``candidate``, ``champion``, a method). It plays every usable
 task of the given game folders / globs / JSONL task lists (whatever their split: the
 user chose them) beside the random-admissible baseline on the same tasks, seeds and step
-limit. The success table (95% cluster-bootstrap CIs over tasks, the paired difference
-from random) goes to ``<out>/success.json`` and ``success.md``, the episodes to
+limit. The success table (95% CIs by bootstrap over tasks and seeds, the paired
+difference from random) goes to ``<out>/success.json`` and ``success.md``, the episodes to
 ``episodes.jsonl``, unusable games or lines to ``quarantined.jsonl``; the run is logged to
 MLflow (``dreamgym-agent``, run ``evaluate_external``). Files in ``out`` that this
 command did not write are never overwritten without ``force``.
@@ -159,7 +159,7 @@ def markdown(table: dict[str, Any], about: dict[str, Any]) -> str:
     lines = [
         f"### {about['policy']} on {about['n_tasks']} external tasks ({about['env']})",
         "",
-        "Success %, sampled (greedy beside it when run); 95% CIs by cluster bootstrap over "
+        "Success %, sampled (greedy beside it when run); 95% CIs by bootstrap over seeds and "
         "tasks; the difference from random is paired on the same tasks and seeds.",
         "",
         "| method | success % (95% CI) | greedy % | vs random (95% CI) | episodes | tasks "

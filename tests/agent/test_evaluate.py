@@ -9,9 +9,12 @@ import pytest
 
 from components.agent.evaluate import EpisodeRecord, EvalResult, held_out_tasks
 from components.agent.table1 import (
+    CROSSED,
     METHODS,
+    TASKS_ONLY,
     build_table,
     cluster_bootstrap,
+    crossed_bootstrap,
     diff_cell,
     keep_other_envs,
     markdown,
@@ -97,6 +100,24 @@ def test_cluster_bootstrap_keeps_a_tasks_seeds_together_and_brackets_the_mean():
     assert lo < 0.6 < hi and lo >= 0 and hi <= 1
     assert cluster_bootstrap({"t": [1.0, 1.0]}) == (1.0, 1.0)
     assert cluster_bootstrap({}) == (0.0, 1.0)  # nothing measured: the widest interval
+
+
+def test_crossed_bootstrap_widens_the_interval_when_training_seeds_disagree():
+    # every task scores 1.0 under seed 0 and 0.2 or 0.6 under seeds 1 and 2: resampling
+    # tasks alone hides that a rerun with other seeds could land anywhere from 0.2 to 1.0
+    cells = {f"t{i}": {0: 1.0, 1: 0.2, 2: 0.6} for i in range(20)}
+    cells["t0"] = {0: 0.0, 1: 0.2, 2: 0.6}  # one task differs, so tasks vary a little too
+    lo, hi = crossed_bootstrap(cells)
+    tasks_lo, tasks_hi = cluster_bootstrap({t: list(v.values()) for t, v in cells.items()})
+    assert lo < tasks_lo and hi > tasks_hi and 0.2 <= lo < 0.55 < hi <= 1.0
+    # one seed: the seed draw is a no-op, so it is the task bootstrap's interval
+    one = {t: {0: v[0]} for t, v in cells.items()}
+    assert crossed_bootstrap(one) == pytest.approx(
+        cluster_bootstrap({t: [v[0]] for t, v in cells.items()}), abs=0.05
+    )
+    # a missing (task, seed) cell is skipped, never counted as a failure
+    assert crossed_bootstrap({"a": {0: 1.0}, "b": {1: 1.0}}) == (1.0, 1.0)
+    assert crossed_bootstrap({}) == (0.0, 1.0)
 
 
 def test_paired_difference_subtracts_the_same_task_and_seed():
@@ -262,3 +283,22 @@ def test_table1_keeps_the_other_envs_rows_with_their_provenance():
         "scienceworld": {"git_commit": "bbb"},
         "textworld": {"git_commit": "ccc"},
     }
+    assert "_ci_by_env" not in again  # neither file says: policy fidelity's files stay as they are
+
+
+def test_table1_says_how_each_envs_intervals_were_made():
+    """A table built now resamples games and seeds; an env kept from an older table says
+    its intervals resampled games only, in the JSON and the markdown."""
+    old = build_table("scienceworld", {"sft": _rows([0, 1])}, {})
+    del old["_ci_by_env"]  # as an older Table 1 was written
+    table = build_table("textworld", {"sft": _rows([1, 0, 1, 1])}, {})
+    assert table["_ci_by_env"] == {"textworld": CROSSED}
+    merged = keep_other_envs(table, old, "textworld")
+    assert merged["_ci_by_env"] == {"textworld": CROSSED, "scienceworld": TASKS_ONLY}
+    # rerunning scienceworld with the new code relabels it; textworld's label is kept
+    sw = build_table("scienceworld", {"sft": _rows([0, 1])}, {})
+    again = keep_other_envs(sw, merged, "scienceworld")
+    assert again["_ci_by_env"] == {"scienceworld": CROSSED, "textworld": CROSSED}
+    text = markdown(merged)
+    sw_part, tw_part = text.split("### textworld")
+    assert f"bootstrap over {TASKS_ONLY};" in sw_part and f"over {CROSSED};" in tw_part

@@ -46,6 +46,22 @@ def test_the_projects_own_env_or_an_empty_project_takes_the_sources_top_level():
     assert first["_provenance"] == first["_provenance_by_env"]["scienceworld"]
 
 
+def test_an_archived_env_keeps_the_label_of_how_its_intervals_were_made():
+    from components.agent.table1 import CROSSED, TASKS_ONLY
+
+    project = {**PROJECT, "_ci_by_env": {"textworld": CROSSED}}
+    new_run = {**SOURCE, "_ci_by_env": {"scienceworld": CROSSED}}
+    assert merge_env_entry(project, new_run, "scienceworld")["_ci_by_env"] == {
+        "textworld": CROSSED,
+        "scienceworld": CROSSED,
+    }
+    # a run made before the label resampled games only
+    assert merge_env_entry(project, SOURCE, "scienceworld")["_ci_by_env"] == {
+        "textworld": CROSSED,
+        "scienceworld": TASKS_ONLY,
+    }
+
+
 def test_no_entry_for_the_env_leaves_the_project_unchanged():
     for source in ({}, {"_provenance": _prov("x", "y")}, {"scienceworld": None}):
         assert merge_env_entry(PROJECT, source, "scienceworld") == PROJECT

@@ -38,12 +38,15 @@ def test_a_bad_override_is_a_one_line_error(cfg, item: str, says: str) -> None:
     assert says in str(err.value) and "\n" not in str(err.value)
 
 
-def test_paired_difference_is_over_shared_games_with_a_ci() -> None:
-    a = {"g1": [1.0, 1.0], "g2": [0.0, 1.0], "g3": [1.0], "only_a": [1.0]}
-    b = {"g1": [1.0, 0.0], "g2": [0.0, 0.0], "g3": [1.0]}
+def test_paired_difference_is_over_shared_games_and_seeds_with_a_ci() -> None:
+    a = {"g1": {0: 1.0, 1: 1.0}, "g2": {0: 0.0, 1: 1.0}, "g3": {0: 1.0}, "only_a": {0: 1.0}}
+    b = {"g1": {0: 1.0, 1: 0.0}, "g2": {0: 0.0, 1: 0.0}, "g3": {0: 1.0, 1: 0.0}}
     res = paired(a, b)
-    assert res["games"] == 3 and res["diff"] == pytest.approx((0.5 + 0.5 + 0.0) / 3)
-    assert 0.0 <= res["ci_low"] <= res["diff"] <= res["ci_high"] <= 0.5
+    # cells (g1,0) 0, (g1,1) 1, (g2,0) 0, (g2,1) 1, (g3,0) 0: g3's seed 1 has no partner
+    assert res["games"] == 3 and res["diff"] == pytest.approx(2 / 5)
+    assert 0.0 <= res["ci_low"] <= res["diff"] <= res["ci_high"] <= 1.0
+    with pytest.raises(SystemExit, match="share no"):
+        paired({"g1": {0: 1.0}}, {"g1": {1: 1.0}})
 
 
 def test_compare_needs_both_results(tmp_path: Path) -> None:
