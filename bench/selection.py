@@ -26,7 +26,7 @@ import json
 import sys
 import time
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -96,8 +96,17 @@ def generate(cfg: Any, root: Path, suite: Path, seed: int, games: dict[str, int]
     return kept
 
 
-def evaluate(cfg: Any, root: Path, suite: Path, name: str, method: str) -> dict[str, Any]:
-    """Every seed of ``models/policy/<method>`` on the suite's held-out games, sampled passes."""
+def evaluate(
+    cfg: Any,
+    root: Path,
+    suite: Path,
+    name: str,
+    method: str,
+    seeds: Sequence[int] = SEEDS,
+    keep_other_seeds: bool = False,
+) -> dict[str, Any]:
+    """``seeds`` of ``models/policy/<method>`` on the suite's held-out games, sampled passes;
+    ``keep_other_seeds``: the results' rows of other seeds stay (adding seeds to a result)."""
     from components.config import Paths
     from components.stages.agent import eval_job
     from components.stages.parallel import run_jobs
@@ -105,14 +114,19 @@ def evaluate(cfg: Any, root: Path, suite: Path, name: str, method: str) -> dict[
     method_dir = root / "models" / "policy" / method
     if not method_dir.is_dir():
         raise SystemExit(f"no policy at {method_dir}: run `make run` (or retrain) first")
-    jobs = [(cfg, Paths(suite), method, s, ("sampled",), method_dir) for s in SEEDS]
+    jobs = [(cfg, Paths(suite), method, s, ("sampled",), method_dir) for s in seeds]
     rows = [r for rs in run_jobs(eval_job, jobs, WORKERS) for r in rs]
     out = suite / "results" / f"{name}.jsonl"
+    if keep_other_seeds and out.is_file():
+        kept = [json.loads(line) for line in out.read_text().splitlines() if line.strip()]
+        rows = [r for r in kept if r["seed"] not in set(seeds)] + rows
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_suffix(".tmp")
     tmp.write_text("".join(json.dumps(r) + "\n" for r in rows))
     tmp.replace(out)
-    per_seed = {s: [r["success"] for r in rows if r["seed"] == s] for s in SEEDS}
+    per_seed = {
+        s: [r["success"] for r in rows if r["seed"] == s] for s in sorted({r["seed"] for r in rows})
+    }
     summary = {
         "name": name,
         "method": method,
@@ -125,14 +139,16 @@ def evaluate(cfg: Any, root: Path, suite: Path, name: str, method: str) -> dict[
     return summary
 
 
-def retrain(cfg: Any, root: Path, name: str, kind: str, algo: str) -> list[dict[str, Any]]:
-    """Each seed's ``kind`` run (s2r / dreamgym) on the project, as selection_<name>."""
+def retrain(
+    cfg: Any, root: Path, name: str, kind: str, algo: str, seeds: Sequence[int] = SEEDS
+) -> list[dict[str, Any]]:
+    """Each of ``seeds``' ``kind`` run (s2r / dreamgym) on the project, as selection_<name>."""
     from components.config import Paths
     from components.stages.parallel import run_jobs
     from components.stages.rl import DREAMGYM, S2R, rl_seed
 
     kinds = {"s2r": S2R, "dreamgym": DREAMGYM}
-    jobs = [(cfg, Paths(root), algo, kinds[kind], s, None, RETRAINED + name) for s in SEEDS]
+    jobs = [(cfg, Paths(root), algo, kinds[kind], s, None, RETRAINED + name) for s in seeds]
     return run_jobs(rl_seed, jobs, WORKERS)
 
 
@@ -156,9 +172,13 @@ def per_game(path: Path) -> dict[str, dict[int, float]]:
     """task_id -> training seed -> its episodes' mean success, from a results file."""
     if not path.exists():
         raise SystemExit(f"no results at {path}: run `python -m bench.selection evaluate` first")
+    return per_game_rows(json.loads(line) for line in path.read_text().splitlines())
+
+
+def per_game_rows(rows: Iterable[dict[str, Any]]) -> dict[str, dict[int, float]]:
+    """task_id -> training seed -> mean success of those episode rows."""
     cells: dict[str, dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
-    for line in path.read_text().splitlines():
-        row = json.loads(line)
+    for row in rows:
         cells[row["task_id"]][int(row["seed"])].append(float(row["success"]))
     return {g: {s: sum(v) / len(v) for s, v in seeds.items()} for g, seeds in cells.items()}
 
