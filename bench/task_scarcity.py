@@ -5,13 +5,16 @@ The paper's task generator exists to give the learner new tasks at its frontier.
 without generated tasks; this bench asks when they matter. For each real task budget
 (``curriculum.max_real_tasks``: a fixed random subset of the train games, the same for
 every seed) it retrains DreamGym GRPO three ways on the project (no generated tasks,
-``generated_order=newest``, ``generated_order=frontier`` (the default)), evaluates each
-on the selection suite (fresh games, never test) and pairs them per game with a bootstrap
-95% CI. Run it from a TextWorld cpu project after ``make run`` and
+``generated_order=newest`` (the default), ``generated_order=frontier``), evaluates each
+on the selection suite (fresh games, never test) and pairs them per game and training
+seed, with a 95% CI that resamples games and seeds (a rerun trains other seeds). One
+pooled verdict per pair averages the scarce budgets (each budget's seeds are their own
+runs). Run it from a TextWorld cpu project after ``make run`` and
 ``python -m bench.selection generate``:
 
-    python -m bench.task_scarcity                  # ~35 min on 2 cores; resumable
+    python -m bench.task_scarcity                  # ~55 min on 2 cores; resumable
     python -m bench.task_scarcity --budgets 16,32  # some budgets only
+    python -m bench.task_scarcity --seeds 0,1,2,3,4,5  # trains only the seeds an arm lacks
     python -m bench.task_scarcity --compare-to before  # beside scarce*_<arm>_before.jsonl
 
 Each arm is ``python -m bench.selection retrain scarce<budget>_<arm> --kind dreamgym``
@@ -145,7 +148,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     )
     parser.add_argument(
         "--budgets",
-        default="16,32,0",
+        default="8,16,24,32,64,0",
         help="real train tasks per run, comma-separated (0 = all of them)",
     )
     parser.add_argument(

@@ -176,7 +176,7 @@ class CurriculumConfig(_Section):
     variance_bins: int = Field(5, ge=1, description="bins of the logged variance histogram")
     seed: int = Field(0, description="selection, sampling and k-means seed")
     generated_order: Literal["newest", "frontier"] = Field(
-        "frontier",
+        "newest",
         description="which generated tasks fill the generated share of a batch: newest = "
         "the newest first; frontier = those whose last group had mixed outcomes, then new "
         "and untried ones; a generated task whose last group tied (all won or all lost) is "
