@@ -152,6 +152,27 @@ def retrain(
     return run_jobs(rl_seed, jobs, WORKERS)
 
 
+def sft_starts(cfg: Any, root: Path, seeds: Sequence[int]) -> list[int]:
+    """Train the SFT policy (the RL runs' start) of each of ``seeds`` the project lacks,
+    as the train_sft stage would; the seeds trained."""
+    from components.agent.loading import is_policy_dir
+    from components.agent.scorer_training import expert_steps
+    from components.artifacts import SFT, policy_dir
+    from components.config import Paths
+    from components.stages.agent import load_trajectories, sft_seed
+    from components.stages.parallel import run_jobs
+
+    paths = Paths(root)
+    missing = [s for s in seeds if not is_policy_dir(policy_dir(paths, SFT, s))]
+    if missing:
+        trajectories = load_trajectories(paths)
+        demos, _ = expert_steps(trajectories)
+        held_out, _ = expert_steps(trajectories, split="validation")
+        jobs = [(cfg, paths, s, demos, held_out) for s in missing]
+        run_jobs(sft_seed, jobs, WORKERS)
+    return missing
+
+
 def paired(
     a: dict[str, dict[int, float]], b: dict[str, dict[int, float]], seed: int = 0
 ) -> dict[str, Any]:

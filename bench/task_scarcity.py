@@ -43,6 +43,7 @@ from bench.selection import (
     paired,
     per_game_rows,
     retrain,
+    sft_starts,
 )
 
 OUT = Path("bench/results/task_scarcity.json")
@@ -69,6 +70,8 @@ def arm_result(
         return out
     sets = [*ARMS[arm], f"curriculum.max_real_tasks={budget}"]
     start = time.perf_counter()
+    # a seed beyond the project's agent.seeds has no SFT start yet
+    sft_starts(cfg, root, missing)
     retrain(overridden(cfg, sets), root, name, "dreamgym", "grpo", seeds=missing)
     summary = evaluate(
         cfg, root, suite, name, RETRAINED + name, seeds=missing, keep_other_seeds=True

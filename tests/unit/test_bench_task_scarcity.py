@@ -85,11 +85,14 @@ def test_seeds_an_arm_lacks_are_trained_and_added(tmp_path: Path, monkeypatch, c
         out.write_text(out.read_text() + "".join(json.dumps(r) + "\n" for r in new))
         return {"success": 1.0, "episodes": len(new)}
 
+    starts: list[list[int]] = []
+    monkeypatch.setattr(ts, "sft_starts", lambda cfg, root, seeds: starts.append(list(seeds)))
     monkeypatch.setattr(ts, "retrain", fake_retrain)
     monkeypatch.setattr(ts, "evaluate", fake_evaluate)
     monkeypatch.chdir(tmp_path)
     main(["--budgets", "8,16", "--seeds", "0,1,2,3", "--suite", str(suite), "--out", "o.json"])
     assert sorted(trained) == sorted((f"scarce{b}_{a}", [3]) for b in (8, 16) for a in ARMS)
+    assert starts == [[3]] * len(trained)  # each retrain first makes sure seed 3 has its SFT
     out = json.loads((tmp_path / "o.json").read_text())
     assert out["seeds"] == [0, 1, 2, 3]
     row = out["budgets"]["16"]
