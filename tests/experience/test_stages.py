@@ -93,7 +93,11 @@ def test_train_then_evaluate_fidelity(tmp_path, trajectories, reasoning):
     assert version.tags["fidelity.n"] == "4"
     # the floors' baselines ride along; the version loads by URI as a pyfunc model
     assert "baseline.reward_accuracy" in version.tags
-    loaded = mlflow.pyfunc.load_model(f"models:/{REGISTERED_MODEL}@candidate")
+    # a dst_path of our own: MLflow leaves its default download folder in /tmp
+    (tmp_path / "loaded").mkdir()
+    loaded = mlflow.pyfunc.load_model(
+        f"models:/{REGISTERED_MODEL}@candidate", dst_path=str(tmp_path / "loaded")
+    )
     step = trajectories[0].steps[0]
     row = {"instruction": step.instruction, "state": step.state, "action": step.action}
     out = loaded.predict(row)  # a tiny model may answer malformed: then None, never a guess

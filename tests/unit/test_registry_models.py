@@ -45,7 +45,11 @@ def test_experience_model_loads_by_alias_and_predicts_the_next_state(tmp_path: P
     model.save(tmp_path / "grounded")
     _register(tmp_path, tmp_path / "grounded", "experience-model", "experience")
 
-    loaded = mlflow.pyfunc.load_model("models:/experience-model@candidate")
+    # a dst_path of our own: MLflow leaves its default download folder in /tmp
+    (tmp_path / "loaded").mkdir()
+    loaded = mlflow.pyfunc.load_model(
+        "models:/experience-model@candidate", dst_path=str(tmp_path / "loaded")
+    )
     out = loaded.predict(
         {
             "task_id": "box-0",
@@ -80,7 +84,9 @@ def test_policy_loads_by_alias_and_predicts_an_action(tmp_path: Path):
     save_policy(policy, tmp_path / "policy", {"method": "sft", "seed": 0})
     _register(tmp_path, tmp_path / "policy", "policy", "policy")
 
-    loaded = mlflow.pyfunc.load_model("models:/policy@candidate")
+    # a dst_path of our own: MLflow leaves its default download folder in /tmp
+    (tmp_path / "loaded").mkdir()
+    loaded = mlflow.pyfunc.load_model("models:/policy@candidate", dst_path=str(tmp_path / "loaded"))
     rows = pd.DataFrame(
         [
             {"instruction": INSTRUCTION, "state": HALL, "admissible": ["go east", "look"]},
