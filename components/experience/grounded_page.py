@@ -32,7 +32,9 @@ CLICKABLE = ("button", "link", "file", "folder", "span", "div", "option", "toggl
 CLICK_GROUPS = (("button",), ("link", "file", "span", "div", "option"), ("folder", "toggle"))
 # kinds whose label a generated instruction may name instead (same page, another target)
 _SWAP_KINDS = ("checkbox", "radio", "file", "folder")
-PAGE_FEATURES = 11 + len(CLICK_GROUPS)  # len(page_features(...))
+# a link that turns pages of a list (search results) rather than choosing an entry of it
+_PAGER = re.compile(r"(?:\d+|[<>\u00ab\u00bb]|prev(?:ious)?|next|first|last)", re.IGNORECASE)
+PAGE_FEATURES = 13 + len(CLICK_GROUPS)  # len(page_features(...))
 
 
 def render_page(elements: Sequence[Element], feedback: str) -> str:
@@ -146,6 +148,10 @@ def page_features(instruction: str, state: str, action: str, previous: str = "")
     on_target = float(submits and clicked is not None and clicked.text in clicks)
     done = float(met_share == 1.0 and extra == 0)
     last = _clicked(before, previous)
+    # a list entry the instruction does not name ends a search for real (MiniWoB++ scores
+    # the click); a page control does not: one "link" kind to the click groups, so apart
+    pager = clicked is not None and clicked.kind == "link" and _PAGER.fullmatch(clicked.text)
+    off_entry = clicked is not None and clicked.kind == "link" and not pager and not on_target
     in_order = float(
         len(clicks) > 1
         and clicked is not None
@@ -165,6 +171,8 @@ def page_features(instruction: str, state: str, action: str, previous: str = "")
         done * on_target,
         float(not values) * submits,
         in_order,
+        float(bool(pager)),
+        float(off_entry),
         *(float(clicked is not None and clicked.kind in group) for group in CLICK_GROUPS),
     ]
 

@@ -194,6 +194,19 @@ def test_page_features_see_an_ordered_click_sequence() -> None:
     assert page_features(text, state, "click [4]", previous="")[in_order] == 0
 
 
+def test_page_features_tell_a_page_control_from_a_list_entry() -> None:
+    results = [Element(9, "link", "Donovan"), Element(13, "link", "Jess"), Element(22, "link", "2")]
+    state = render_state([Element(5, "textbox", "", value="Jess"), *results], LOADED)
+    text = 'Use the textbox to enter "Jess" and press "Search", then find and click the 2nd result.'
+    pager, off_entry = 11, 12
+    turn_page = page_features(text, state, "click [22]")
+    wrong_entry = page_features(text, state, "click [9]")
+    named_entry = page_features(text, state, "click [13]")
+    assert (turn_page[pager], turn_page[off_entry]) == (1, 0)
+    assert (wrong_entry[pager], wrong_entry[off_entry]) == (0, 1)
+    assert (named_entry[pager], named_entry[off_entry]) == (0, 0)
+
+
 def test_fitted_model_judges_submits_on_unseen_pages(model: GroundedModel) -> None:
     assert model.pages
     assert model.fit_stats["page_edit_match"] == 1.0
