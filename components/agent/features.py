@@ -16,6 +16,11 @@ unchanged in the real and the synthetic env:
   pointer, whether the instruction names its things exactly or only inside a longer
   name, whether it was tried here already, where a ``go`` leads and whether it leads
   toward the nearest room with an exit never taken).
+* On web pages (``page``, MiniWoB++) each command also gets the page features the
+  experience model reads (components/experience/grounded_page.py: how the page the command
+  leaves meets the instruction's values and targets, what it clicks) and whether it types
+  the value the instruction pairs with that field: an MLP over 128 embedding dims did not
+  tell ``type [7] "jess"`` into Username from the same value into Password (login-user).
 
 Frozen encoders keep it fast on two cores: embeddings are cached per string.
 """
@@ -30,6 +35,8 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
+from components.envs.miniwob_dom import AS_ASKED
+from components.experience.grounded_page import PAGE_FEATURES, page_features
 from components.memory import (
     EXACT,
     NAMESAKE,
@@ -143,6 +150,14 @@ def _naming_scalars(step: str, instruction: str, command: str) -> tuple[float, f
     )
 
 
+def page_scalars(
+    instruction: str, state: str, command: str, text: str, previous: str
+) -> list[float]:
+    """A page command's features (design ``full`` on web pages): the page it leaves against
+    the instruction, and whether it types the instruction's value for that very field."""
+    return [*page_features(instruction, state, command, previous), float(text.endswith(AS_ASKED))]
+
+
 def context_scalars(mem: EpisodeMemory, max_steps: int) -> list[float]:
     """Hand-made features of the decision as a whole (design ``full``)."""
     n = max(1, len(mem.steps))
@@ -159,6 +174,7 @@ def context_scalars(mem: EpisodeMemory, max_steps: int) -> list[float]:
 
 
 N_COMMAND_SCALARS = len(VERBS) + 1 + 23  # verb one-hot + the 23 others (tested)
+N_PAGE_SCALARS = PAGE_FEATURES + 1  # page_features and "as asked" (page_scalars)
 N_CONTEXT_SCALARS = 8
 N_CONTEXT_TEXTS = 4  # instruction sentence, surroundings, inventory, last action
 
@@ -204,10 +220,12 @@ class Featurizer:
         max_steps: int,
         design: Design = "full",
         max_memories: int = 8192,
+        page: bool = False,
     ) -> None:
         if design not in DESIGNS:
             raise ValueError(f"unknown feature design {design!r}; known: {DESIGNS}")
         self.encoder, self.max_steps, self.design = encoder, max_steps, design
+        self.page = page and design == "full"  # page scalars (web-page envs only)
         # episode prefix -> its memory: a live episode's next decision extends the last one
         # by one step instead of replaying the whole history (O(T) -> O(1) per decision)
         self._memories: OrderedDict[tuple[Any, ...], EpisodeMemory] = OrderedDict()
@@ -234,7 +252,8 @@ class Featurizer:
     @property
     def candidate_dim(self) -> int:
         """Width of a command's feature row."""
-        return 3 * self.encoder.dim + (N_COMMAND_SCALARS if self.design == "full" else 0)
+        scalars = N_COMMAND_SCALARS if self.design == "full" else 0
+        return 3 * self.encoder.dim + scalars + (N_PAGE_SCALARS if self.page else 0)
 
     @property
     def context_dim(self) -> int:
@@ -263,6 +282,11 @@ class Featurizer:
         context = ctx.reshape(-1)
         if self.design == "full":
             scalars = [command_scalars(mem, c, t) for c, t in zip(commands, described, strict=True)]
+            if self.page:
+                scalars = [
+                    s + page_scalars(obs.instruction, obs.state, c, t, mem.last_action)
+                    for s, c, t in zip(scalars, commands, described, strict=True)
+                ]
             parts.append(np.asarray(scalars, np.float32))
             extra = np.asarray(context_scalars(mem, self.max_steps), np.float32)
             context = np.concatenate([context, extra])

@@ -21,6 +21,7 @@ from components.agent.policy import Decision, Observation
 from components.agent.policy_model import MALFORMED_ACTION, ActResult
 from components.agent.scorer import ScorerPolicy, ScorerSettings, is_scorer_dir
 from components.config import AgentConfig, Config, ServingConfig
+from components.config.data import PAGE_ENVS
 
 META_FILE = "policy.json"
 log = logging.getLogger("dreamgym")
@@ -35,6 +36,7 @@ def new_scorer(cfg: Config, seed: int) -> ScorerPolicy:
         hidden=s.hidden,
         design=s.design,
         max_steps=cfg.env.max_steps,
+        page=cfg.env.name in PAGE_ENVS,
     )
     return ScorerPolicy(settings, seed=seed)
 

@@ -44,6 +44,7 @@ class ScorerSettings:
     hidden: int = 256
     design: Design = "full"
     max_steps: int = 30  # the env's step limit (a feature is the share of it used)
+    page: bool = False  # web-page env: page scalars per command (features.py)
 
 
 def build_net(candidate_dim: int, context_dim: int, hidden: int) -> torch.nn.Module:
@@ -116,7 +117,9 @@ class ScorerPolicy(TrainablePolicy):
             embedder = make_embedder(BufferConfig(embedder=settings.embedder))
             encoder = CachedEncoder(embedder, settings.dim)
         self.encoder = encoder
-        self.featurizer = Featurizer(encoder, settings.max_steps, settings.design)
+        self.featurizer = Featurizer(
+            encoder, settings.max_steps, settings.design, page=settings.page
+        )
         if net is None:
             torch.manual_seed(seed)
             f = self.featurizer

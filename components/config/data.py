@@ -13,6 +13,7 @@ from components.schema import Split
 # (AgentGym-style HTTP env servers the user runs, see components/envs/agentgym_http.py)
 AGENTGYM_ENVS = ("webshop", "alfworld", "webarena")
 ENV_NAMES = ("textworld", "scienceworld", "miniwob", *AGENTGYM_ENVS)
+PAGE_ENVS = ("miniwob",)  # states are rendered web pages (components/envs/miniwob_dom.py)
 EnvName = Literal["textworld", "scienceworld", "miniwob", "webshop", "alfworld", "webarena"]
 # won: 1 on the step that wins (the paper's outcome reward); score: the game's own score gain
 # normalised by its max score (dense or balanced games keep their partial credit)

@@ -221,6 +221,9 @@ def parse_action(action: str) -> ParsedAction | None:
     return None
 
 
+AS_ASKED = " as asked"  # describe_commands' mark of a value typed into its own field
+
+
 def quoted(text: str) -> list[str]:
     """The double-quoted strings of an instruction (the values a task asks to type)."""
     return _QUOTED.findall(text or "")
@@ -270,7 +273,7 @@ def describe_commands(
         text = f"{c} {_described(e)}"
         noun = e.text.lower().split()[-1] if e.text else ""  # "Verify password": password
         if parsed.verb == "type" and noun and f'{noun} "{parsed.arg.lower()}"' in said:
-            text += " as asked"
+            text += AS_ASKED
         out.append(text)
     return out
 

@@ -165,6 +165,37 @@ def test_features_are_the_same_whether_memory_is_extended_or_replayed(scorer):
     assert shared.memory(obs[1]).location == "Vault"  # a prefix's memory was not changed
 
 
+def test_on_a_page_the_features_tell_which_field_a_value_belongs_in(scorer):
+    """login-user: the same value typed into Username or Password reads alike to the
+    embeddings; the page scalars mark the field the instruction pairs it with."""
+    import numpy as np
+
+    from components.agent.features import N_PAGE_SCALARS, Featurizer
+    from components.envs.miniwob_dom import Element, render_state
+
+    form = render_state(
+        [
+            Element(7, "textbox", "Username", ""),
+            Element(8, "password", "Password", ""),
+            Element(9, "button", "Login"),
+        ],
+        "Loaded.",
+    )
+    asked = 'Enter the username "jess" and the password "u9W" into the text fields and press login.'
+    adm = ('type [7] "jess"', 'type [8] "jess"', 'type [7] "u9W"', 'type [8] "u9W"', "click [9]")
+    obs = Observation(asked, form, admissible=adm, initial_state=form)
+    plain = scorer.featurizer
+    page = Featurizer(plain.encoder, plain.max_steps, plain.design, page=True)
+    wide, narrow = page.decide(obs).candidates, plain.decide(obs).candidates
+    assert wide.shape[1] == narrow.shape[1] + N_PAGE_SCALARS == page.candidate_dim
+    assert np.array_equal(wide[:, : narrow.shape[1]], narrow)  # other envs see what they saw
+    as_asked = wide[:, -1]
+    assert as_asked.tolist() == [1.0, 0.0, 0.0, 1.0, 0.0]
+    # a text game's state is no page: a page featurizer would give it all-zero page scalars
+    tw = page.decide(_obs(("go east", "look"))).candidates
+    assert not tw[:, -N_PAGE_SCALARS:].any()
+
+
 def test_act_logprobs_match_score_and_greedy_picks_the_best(scorer, one_thread):
     import torch
 
