@@ -210,6 +210,17 @@ TRANSFER = (
         ],
         None,
     ),
+    Param(
+        "reward",
+        Annotated[
+            str | None,
+            typer.Option(
+                help="reward of the S2R leg in this env: won | score (the env's score gain, "
+                "partial credit: textworld, scienceworld); default: params' env.reward"
+            ),
+        ],
+        None,
+    ),
 )
 
 # in the order of `dreamgym --help` (dvc.yaml's order but for evaluate-policy/-random/-external)

@@ -7,7 +7,10 @@ Run in the target env's project (``env.name`` = the target) after its pipeline, 
   (the evaluate_policy protocol: the same seeds, sampled passes and step limit);
 - ``s2r``: each seed's source DreamGym policy continues with RL in the target's real env on
   its train tasks, capped at the target's own S2R budget (``rl.s2r_real_fraction`` x the
-  real steps the target's real GRPO used), then plays the same test tasks.
+  real steps the target's real GRPO used), then plays the same test tasks. ``--reward
+  score`` trains that leg on the target's score gains (partial credit) instead of the
+  project's ``env.reward``: a foreign policy may win nothing in the budget, leaving every
+  GRPO group's rewards equal. Success is still the env's win flag.
 
 Beside them, from the target's own evaluation episodes: random, SFT, DreamGym and S2R in
 domain, with paired differences on the same (task, seed) episodes, and the source's
@@ -87,14 +90,19 @@ def _summary(rows: list[dict[str, Any]], baselines: dict[str, list[dict[str, Any
 
 
 def _s2r_seed(
-    cfg: Config, paths: Paths, algo: str, seed: int, init_dir: Path, method: str
+    cfg: Config, paths: Paths, algo: str, seed: int, init_dir: Path, method: str, reward: str
 ) -> dict[str, Any]:
     """Worker: one seed's S2R from a foreign policy; a run with no update is reported."""
     from components.stages.rl import REAL_RL, NoUpdateError, rl_seed
 
     # real RL: re-grounding would continue the foreign policy in this env's dream, which is
     # in-domain DreamGym training, not transfer of what the source env taught it
-    cfg = cfg.model_copy(update={"rl": cfg.rl.model_copy(update={"s2r_mode": REAL_RL})})
+    cfg = cfg.model_copy(
+        update={
+            "rl": cfg.rl.model_copy(update={"s2r_mode": REAL_RL}),
+            "env": cfg.env.model_copy(update={"reward": reward}),
+        }
+    )
     try:
         result = rl_seed(cfg, paths, algo, S2R, seed, init_dir=init_dir, method=method)
     except NoUpdateError as err:  # e.g. no win in the budget: a result, not a crash
@@ -102,8 +110,28 @@ def _s2r_seed(
     return {k: v for k, v in result.items() if k != "history"}
 
 
+def s2r_reward(cfg: Config, reward: str | None) -> str:
+    """The S2R leg's reward mode: ``reward`` if given (checked), else the project's."""
+    from typing import get_args
+
+    from components.config.data import SCORED_ENVS, RewardMode
+
+    if reward is None:
+        return cfg.env.reward
+    if reward not in get_args(RewardMode):
+        raise ValueError(f"--reward {reward!r}: expected one of {list(get_args(RewardMode))}")
+    if reward == "score" and cfg.env.name not in SCORED_ENVS:
+        raise ValueError(f"--reward score: {cfg.env.name} keeps no score (only {SCORED_ENVS})")
+    return reward
+
+
 def transfer(
-    cfg: Config, paths: Paths, source: Path, algo: str = "grpo", out: Path | None = None
+    cfg: Config,
+    paths: Paths,
+    source: Path,
+    algo: str = "grpo",
+    out: Path | None = None,
+    reward: str | None = None,
 ) -> dict[str, Any]:
     """Command transfer: zero-shot and S2R transfer of the source env's DreamGym policy."""
     from components.agent.evaluate import held_out_tasks
@@ -116,6 +144,7 @@ def transfer(
     from components.tracking import git_commit, stage_run
 
     start = time.perf_counter()
+    s2r_mode = s2r_reward(cfg, reward)
     src = Paths(Path(source).resolve())
     src_env, dst_env = source_env(src), cfg.env.name
     key = f"{src_env}->{dst_env}"
@@ -143,7 +172,7 @@ def transfer(
         )
         zero_rows = [r for part in zero for r in part]
         log.info("%s: S2R in %s from %s's %s", key, dst_env, src_env, dreamgym)
-        jobs = [(cfg, paths, algo, s, seed_dir(src_dir, s), s2r_name) for s in seeds]
+        jobs = [(cfg, paths, algo, s, seed_dir(src_dir, s), s2r_name, s2r_mode) for s in seeds]
         trained = dict(zip(seeds, run_jobs(_s2r_seed, jobs, workers), strict=True))
         updated = [s for s in seeds if "no_update" not in trained[s]]
         s2r_parts = run_jobs(
@@ -168,6 +197,7 @@ def transfer(
             ZERO_SHOT: _summary(zero_rows, base),
             S2R_KEY: s2r_summary,
             "s2r_training": {
+                "reward": s2r_mode,
                 "per_seed": {str(s): numbers(trained[s]) for s in updated},
                 "seeds_without_update": {
                     str(s): trained[s]["no_update"] for s in seeds if s not in updated

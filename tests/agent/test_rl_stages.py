@@ -473,6 +473,7 @@ def test_transfer_evaluates_zero_shot_and_after_capped_s2r(project, grpo_real, d
     cap = math.floor(cfg.rl.s2r_real_fraction * grpo_real["real_steps"])
     trained = entry["s2r_training"]["per_seed"]["0"]
     assert 0 < trained["real_steps"] <= cap and trained["optimizer_updates"] > 0
+    assert entry["s2r_training"]["reward"] == cfg.env.reward  # no --reward: the project's
     assert s2r["episodes"] == zero["episodes"]
     meta = json.loads(
         (
@@ -485,6 +486,19 @@ def test_transfer_evaluates_zero_shot_and_after_capped_s2r(project, grpo_real, d
     with pytest.raises(ValueError, match="not valid JSON"):
         transfer(cfg, paths, paths.root, "grpo", out)
     assert out.read_text() == "{not json"
+
+
+def test_transfer_s2r_reward_is_checked_against_the_target_env() -> None:
+    from components.stages.transfer import s2r_reward
+
+    cfg = load_config(ROOT / "params.yaml", profile="ci")
+    assert s2r_reward(cfg, None) == cfg.env.reward
+    assert s2r_reward(cfg, "score") == "score"  # textworld keeps a score
+    with pytest.raises(ValueError, match="expected one of"):
+        s2r_reward(cfg, "points")
+    pages = cfg.model_copy(update={"env": cfg.env.model_copy(update={"name": "miniwob"})})
+    with pytest.raises(ValueError, match="miniwob keeps no score"):
+        s2r_reward(pages, "score")
 
 
 def test_transfer_needs_the_source_policies(tmp_path: Path) -> None:
