@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 
 from components.envs.miniwob_dom import AS_ASKED
-from components.experience.grounded_page import PAGE_FEATURES, page_features
+from components.experience.grounded_page import PAGE_FEATURES, last_click, page_features
 from components.memory import (
     EXACT,
     NAMESAKE,
@@ -284,7 +284,7 @@ class Featurizer:
             scalars = [command_scalars(mem, c, t) for c, t in zip(commands, described, strict=True)]
             if self.page:
                 scalars = [
-                    s + page_scalars(obs.instruction, obs.state, c, t, mem.last_action)
+                    s + page_scalars(obs.instruction, obs.state, c, t, last_click(mem.history))
                     for s, c, t in zip(scalars, commands, described, strict=True)
                 ]
             parts.append(np.asarray(scalars, np.float32))

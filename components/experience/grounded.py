@@ -168,6 +168,12 @@ class GroundedModel(RoomKnowledge, TaskVariants):
 
     settings: GroundedSettings = field(default_factory=GroundedSettings)
     exact: dict[tuple[str, str, str], Counter] = field(default_factory=lambda: defaultdict(Counter))
+    # the same outcomes keyed by the episode's previous command too: a page whose text does
+    # not show what was clicked (click-button-sequence's ONE then TWO) ends differently
+    # after different clicks; read only where ``exact`` disagrees on how the episode ends
+    exact_after: dict[tuple[str, str, str, str], Counter] = field(
+        default_factory=lambda: defaultdict(Counter)
+    )
     synthetic: dict[tuple[str, str, str], Counter] = field(
         default_factory=lambda: defaultdict(Counter)
     )
@@ -316,6 +322,12 @@ class GroundedModel(RoomKnowledge, TaskVariants):
                 key = (owner, _world_key(state), action.lower())
                 if key in table:
                     outcomes = table[key]
+                    # the recorded endings disagree: the state text does not decide them
+                    undecided = not self.science and len({o[2:] for o in outcomes}) > 1
+                    if undecided and evidence == REPLAY:
+                        after = (*key[:2], memory.last_action.lower(), key[2])
+                        if len({o[2:] for o in self.exact_after.get(after, ())}) == 1:
+                            outcomes, undecided = self.exact_after[after], False
                     if self.science and evidence == REPLAY and len(outcomes) > 1:
                         at = memory.n_steps + 1
                         ns, _, won, lost = _nearest(
@@ -339,7 +351,9 @@ class GroundedModel(RoomKnowledge, TaskVariants):
                     # same command in the same state can win after another history (a
                     # recorded non-ending; 5 of 15 replayed dreamt power-component losses
                     # won for real at a wait1 after the circuit was closed)
-                    if _is_generated(task) or (self.science and not (won or lost)):
+                    if undecided:
+                        draft.why = "This command was seen here ending both ways: judged anew."
+                    if undecided or _is_generated(task) or (self.science and not (won or lost)):
                         draft.memory, draft.action, draft.current = memory, action, admissible
                         draft.state = state
                         if self.science:

@@ -85,7 +85,7 @@ def fit_tables(model: GroundedModel, trajectories: Sequence[Trajectory]) -> dict
             listed = unlisted_gold(
                 listed, next_gold(model.gold_path.get(s.task_id, ()), mem.history), cap
             )
-        _index(model, s, was_lost, listed)
+        _index(model, s, was_lost, listed, mem.last_action)
         feats.append(
             outcome_features(
                 mem,
@@ -179,10 +179,13 @@ def _fit_page_step(model: GroundedModel, s: Transition, hits: Counter) -> None:
         hits["match"] += world_key(render_page(page, "")) == world_key(s.next_state)
 
 
-def _index(model: GroundedModel, s: Transition, lost: bool, adm: tuple[str, ...]) -> None:
+def _index(
+    model: GroundedModel, s: Transition, lost: bool, adm: tuple[str, ...], previous: str
+) -> None:
     key = world_key(s.state)
     outcome = (s.next_state, s.reward, s.done and s.reward == 1, lost)
     model.exact[(s.task_id, key, s.action.lower())][outcome] += 1
+    model.exact_after[(s.task_id, key, previous.lower(), s.action.lower())][outcome] += 1
     if model.science:  # its world changes with time: when each outcome was seen
         steps = model.outcome_steps.setdefault(
             (s.task_id, key, s.action.lower(), s.next_state), set()

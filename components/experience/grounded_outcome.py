@@ -15,7 +15,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from components.experience.grounded_page import page_features
+from components.experience.grounded_page import last_click, page_features
 from components.experience.grounded_science import science_features
 from components.experience.grounded_state import _content
 from components.memory import (
@@ -137,7 +137,7 @@ def outcome_features(
     if science_prior is not None:
         page = science_features(mem, state or "", command, science_prior)
     elif state is not None:
-        page = page_features(mem.instruction, state, command, mem.last_action)
+        page = page_features(mem.instruction, state, command, last_click(mem.history))
     final = mem.steps[-1] if mem.steps else ""
     return [
         *_final_step_features(final, command),  # first: FINAL_STEP_COLUMNS

@@ -34,7 +34,7 @@ CLICK_GROUPS = (("button",), ("link", "file", "span", "div", "option"), ("folder
 _SWAP_KINDS = ("checkbox", "radio", "file", "folder")
 # a link that turns pages of a list (search results) rather than choosing an entry of it
 _PAGER = re.compile(r"(?:\d+|[<>\u00ab\u00bb]|prev(?:ious)?|next|first|last)", re.IGNORECASE)
-PAGE_FEATURES = 13 + len(CLICK_GROUPS)  # len(page_features(...))
+PAGE_FEATURES = 14 + len(CLICK_GROUPS)  # len(page_features(...))
 
 
 def render_page(elements: Sequence[Element], feedback: str) -> str:
@@ -122,11 +122,17 @@ def _clicked(page: Sequence[Element], action: str) -> Element | None:
     return next((e for e in page if e.ref == parsed.ref), None)
 
 
+def last_click(history: Sequence[str]) -> str:
+    """The episode's latest click (a page's buttons keep no visible trace of it)."""
+    return next((a for a in reversed(history) if a.lower().startswith("click ")), "")
+
+
 def page_features(instruction: str, state: str, action: str, previous: str = "") -> list[float]:
     """How the page after ``action`` meets the instruction, and what ``action`` clicks.
 
-    ``previous`` is the episode's previous action (an ordered "click A, then B" is met
-    when A was clicked just before). All zeros when ``state`` is not a page.
+    ``previous`` is the episode's previous click (``last_click``: an ordered "click A, then
+    B" is met when A was clicked just before; a second click ends such a page either way).
+    All zeros when ``state`` is not a page.
     """
     edited = page_edit(state, action)
     if edited is None:
@@ -173,6 +179,7 @@ def page_features(instruction: str, state: str, action: str, previous: str = "")
         in_order,
         float(bool(pager)),
         float(off_entry),
+        float(submits and last is not None),
         *(float(clicked is not None and clicked.kind in group) for group in CLICK_GROUPS),
     ]
 

@@ -23,6 +23,7 @@ from components.experience.grounded import EDIT, GroundedModel, GroundedSettings
 from components.experience.grounded_page import (
     PAGE_FEATURES,
     fill_page_template,
+    last_click,
     page_edit,
     page_features,
     page_template,
@@ -192,6 +193,58 @@ def test_page_features_see_an_ordered_click_sequence() -> None:
     assert page_features(text, state, "click [5]", previous="click [4]")[in_order] == 1
     assert page_features(text, state, "click [5]", previous="click [5]")[in_order] == 0
     assert page_features(text, state, "click [4]", previous="")[in_order] == 0
+    # the second click ends the page either way: the features say which click this is
+    second = 13
+    assert page_features(text, state, "click [4]", previous="click [5]")[second] == 1
+    assert page_features(text, state, "click [5]", previous="")[second] == 0
+    # typing or an invalid command between the clicks does not hide the earlier click
+    assert last_click(["click [4]", 'type [7] "x"', "scroll down"]) == "click [4]"
+    assert last_click(['type [7] "x"']) == ""
+
+
+def _button_sequence(first: str, second: str, n: int) -> Trajectory:
+    """click-button-sequence: the page's text is the same after the first click."""
+    task_id, text = "mw-click-button-sequence-train-0", "Click button ONE, then click button TWO."
+    page = [Element(4, "button", "ONE"), Element(5, "button", "TWO")]
+    won = (first, second) == ("click [4]", "click [5]")
+    steps, feedback = [], LOADED
+    for i, action in enumerate((first, second)):
+        after = f"Clicked [{action[7:-1]}] button."
+        if i == 1:
+            after += f" The episode is over: {'success' if won else 'failure'}."
+        steps.append(
+            make_step(
+                f"{task_id}-ep{n}",
+                i,
+                render_state(page, feedback),
+                action,
+                render_state(page, after),
+                task_id=task_id,
+                instruction=text,
+                reward=int(won and i == 1),
+                done=i == 1,
+                admissible_actions=["click [4]", "click [5]"],
+                env="miniwob",
+            )
+        )
+        feedback = after
+    return trajectory_of(steps)
+
+
+def test_replay_tells_apart_what_a_page_does_not_show() -> None:
+    orders = [("click [4]", "click [5]"), ("click [5]", "click [4]"), ("click [4]", "click [4]")]
+    m = GroundedModel(GroundedSettings(seed=0))
+    m.fit([_button_sequence(a, b, n) for n, (a, b) in enumerate(orders * 4)])
+    first = _button_sequence("click [4]", "click [5]", 99)
+    task = make_task(first.task_id, first.steps[0].instruction, env="miniwob")
+    mem = EpisodeMemory.replay(task.instruction, first.initial_state)
+    start = first.initial_state
+    # click TWO first: recorded both as a first click (no end) and as ONE-then-TWO's win
+    opening = m.predict(task, mem, start, "click [5]", ["click [4]", "click [5]"])
+    assert (opening.won, opening.lost) == (False, False)
+    mem.update("click [4]", first.steps[0].next_state)
+    win = m.predict(task, mem, first.steps[0].next_state, "click [5]", ["click [4]", "click [5]"])
+    assert win.won and win.evidence == "replay"
 
 
 def test_page_features_tell_a_page_control_from_a_list_entry() -> None:
