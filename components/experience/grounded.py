@@ -6,7 +6,9 @@ state, action) -> (reasoning, next state, reward, done, admissible commands), fr
 real offline transitions show, in order of evidence:
 
 1. **replay**: this exact (game, world state, command) was seen in real data (or, with
-   co-evolution, in earlier synthetic rounds) -> its recorded outcome;
+   co-evolution, in earlier synthetic rounds) -> its recorded outcome; where the recorded
+   endings disagree (a page whose text does not show what was clicked), those recorded
+   after the same previous command, else the classifiers judge the ending anew;
 2. **map**: a ``go`` whose destination in this game is known -> that room as this episode
    last left it, else as real data first showed it;
 3. **edit**: otherwise the command's effect is predicted by an edit learned per verb from
