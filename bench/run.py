@@ -14,6 +14,7 @@ BENCHMARKS = (
     "bench.answer_tree",
     "bench.synthetic_env",
     "bench.admissible_commands",
+    "bench.verdicts",
     "bench.counterfactual_wins",
     "bench.policy_designs",
     "bench.cpu_kernels",
