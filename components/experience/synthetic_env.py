@@ -152,6 +152,7 @@ class VectorSyntheticEnv(EpisodeSlots[_Episode]):
         index: RealStateIndex,
         *,
         buffer: Any = None,
+        retriever: Retriever | None = None,
         meta: Mapping[str, Any] | None = None,
         namespace: str = "synthetic",
     ) -> VectorSyntheticEnv:
@@ -159,19 +160,22 @@ class VectorSyntheticEnv(EpisodeSlots[_Episode]):
 
         ``meta`` (``sft.load_meta(model_dir)``) fixes the prompt to the one the model was
         trained with; without it the prompt follows ``cfg.synthetic`` and the ablations.
+        Neighbours come from ``retriever`` if given, else from ``buffer``.
         """
         from components.experience.dataset import buffer_retriever
 
         prompt = prompt_settings(cfg, meta)
-        if prompt.k > 0 and buffer is None:
-            raise ValueError(f"k = {prompt.k} needs the replay buffer (or ablation.no_replay)")
+        if prompt.k > 0 and retriever is None:
+            if buffer is None:
+                raise ValueError(f"k = {prompt.k} needs the replay buffer (or ablation.no_replay)")
+            retriever = buffer_retriever(buffer, env=cfg.env.name)
         generate, resample = generate_fns(backend, cfg.synthetic)
         return cls(
             generate,
             index,
             cfg=cfg.synthetic,
             prompt=prompt,
-            retriever=buffer_retriever(buffer, env=cfg.env.name) if prompt.k > 0 else None,
+            retriever=retriever if prompt.k > 0 else None,
             resample=resample,
             env_name=cfg.env.name,
             namespace=namespace,

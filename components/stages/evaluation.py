@@ -55,17 +55,9 @@ def replay_recorded_actions(
     no trajectory; the stats (``n_failed_malformed``, ``malformed_rate`` ...) count it.
     """
     from components.artifacts import experience_model_dir
-    from components.experience.dataset import PromptSettings
     from components.experience.grounded import is_grounded_dir
-    from components.experience.sft import load_meta
-    from components.experience.synthetic_env import (
-        RealStateIndex,
-        VectorSyntheticEnv,
-        local_generate_fns,
-    )
-    from components.lm.generate import Generator
-    from components.lm.models import load_pretrained_dir
-    from components.stages.experience import open_retriever
+    from components.experience.synthetic_env import RealStateIndex
+    from components.stages.experience import llm_dream_env
 
     mdir = experience_model_dir(paths, variant)
     tasks = {t.task_id: t for t in read_jsonl(paths.tasks_file, Task)}
@@ -86,20 +78,8 @@ def replay_recorded_actions(
             initial_states=initial,
         )
         return _replay(venv, episodes, tasks, variant)
-    settings = PromptSettings(**load_meta(mdir)["prompt"])
-    model, tokenizer = load_pretrained_dir(mdir)
-    generate, resample = local_generate_fns(Generator(model, tokenizer), cfg.synthetic)
     index = RealStateIndex.from_trajectories(episodes)
-    venv = VectorSyntheticEnv(
-        generate,
-        index,
-        cfg=cfg.synthetic,
-        prompt=settings,
-        retriever=open_retriever(cfg, paths, settings.k),
-        resample=resample,
-        env_name=cfg.env.name,
-        namespace=f"judge-{variant}",
-    )
+    venv = llm_dream_env(cfg, paths, mdir, index, namespace=f"judge-{variant}")
     return _replay(venv, episodes, tasks, variant)
 
 

@@ -88,6 +88,33 @@ def open_retriever(cfg: Config, paths: Paths, k: int) -> Retriever | None:
     return buffer_retriever(buf, env=cfg.env.name)
 
 
+def llm_dream_env(cfg: Config, paths: Paths, mdir: Path, index: Any, namespace: str) -> Any:
+    """The LLM experience model in ``mdir`` as a synthetic vector env, with its own prompt.
+
+    The model ``serving`` names is decoded where it is served (a vLLM server when
+    ``serving.backend`` is ``openai``, so evaluation does not load a second copy on the
+    GPU); any other directory (an ablation variant) is loaded locally. Retrieval reads the
+    buffer's seed version, as in training.
+    """
+    from components.experience.sft import load_meta
+    from components.experience.synthetic_env import VectorSyntheticEnv
+    from components.lm.serving import OPENAI, experience_backend, local_model_dir
+
+    meta = load_meta(mdir)
+    served = local_model_dir(cfg.serving, paths.root).resolve() == Path(mdir).resolve()
+    if cfg.serving.backend == OPENAI and served:
+        backend = experience_backend(cfg.serving, paths.root)
+    else:
+        from components.lm.generate import Generator
+        from components.lm.models import load_pretrained_dir
+
+        backend = Generator(*load_pretrained_dir(mdir))
+    retriever = open_retriever(cfg, paths, PromptSettings(**meta["prompt"]).k)
+    return VectorSyntheticEnv.from_config(
+        cfg, backend, index, retriever=retriever, meta=meta, namespace=namespace
+    )
+
+
 def _load_trajectories(paths: Paths) -> list[Trajectory]:
     if not paths.trajectories_file.exists():
         raise FileNotFoundError(f"{paths.trajectories_file} missing: run `dreamgym ingest`")

@@ -52,33 +52,14 @@ def dream_env(cfg: Config, paths: Paths, namespace: str) -> tuple[Any, Any]:
             model, max_steps=cfg.synthetic.max_steps, env_name=cfg.env.name, namespace=namespace
         )
         return venv, lambda t: model.initial_state(t.task_id) is not None
-    from components.experience.dataset import PromptSettings
-    from components.experience.sft import load_meta
-    from components.experience.synthetic_env import (
-        RealStateIndex,
-        VectorSyntheticEnv,
-        local_generate_fns,
-    )
-    from components.lm.generate import Generator
-    from components.lm.models import load_pretrained_dir
+    from components.experience.synthetic_env import RealStateIndex
     from components.schema import Trajectory, read_jsonl
-    from components.stages.experience import open_retriever
+    from components.stages.experience import llm_dream_env
 
-    settings = PromptSettings(**load_meta(mdir)["prompt"])
-    generate, resample = local_generate_fns(Generator(*load_pretrained_dir(mdir)), cfg.synthetic)
     index = RealStateIndex.from_trajectories(
         t for t in read_jsonl(paths.trajectories_file, Trajectory) if t.split == "train"
     )
-    venv = VectorSyntheticEnv(
-        generate,
-        index,
-        cfg=cfg.synthetic,
-        prompt=settings,
-        retriever=open_retriever(cfg, paths, settings.k),
-        resample=resample,
-        env_name=cfg.env.name,
-        namespace=namespace,
-    )
+    venv = llm_dream_env(cfg, paths, mdir, index, namespace)
     return venv, lambda t: index.initial_state(t.task_id) is not None
 
 

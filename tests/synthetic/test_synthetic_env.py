@@ -328,3 +328,46 @@ def test_from_config_applies_the_ablations_and_the_models_own_prompt(tiny_lm, in
     out = venv.step(["go east 0"])[0]
     assert out is not None and venv.cfg.max_new_tokens == cfg.synthetic.max_new_tokens
     assert venv.prompt.k == 0 and venv.retriever is None
+
+
+def test_llm_dream_env_decodes_the_served_model_on_its_server_and_variants_here(
+    tiny_lm, index, tasks, tmp_path, monkeypatch
+):
+    import json
+
+    import components.lm.models as models
+    import components.lm.serving as serving
+    from components.config import Paths, load_config
+    from components.experience.sft import META_FILE
+    from components.stages.experience import llm_dream_env
+
+    loaded, served = [], []
+    monkeypatch.setattr(models, "load_pretrained_dir", lambda d: loaded.append(d) or tiny_lm)
+    monkeypatch.setattr(
+        serving, "experience_backend", lambda s, root: served.append(s) or Generator(*tiny_lm)
+    )
+    meta = {"prompt": {"history_len": 1, "k": 0, "with_reasoning": True, "state_target": "full"}}
+    full, variant = tmp_path / "models/experience/full", tmp_path / "models/experience/no_history"
+    for d in (full, variant):
+        d.mkdir(parents=True)
+        (d / META_FILE).write_text(json.dumps(meta))
+    cfg = load_config(profile="ci")
+    cfg = cfg.model_copy(
+        update={
+            "serving": cfg.serving.model_copy(
+                update={"backend": "openai", "experience_model": "models/experience/full"}
+            )
+        }
+    )
+    paths = Paths(tmp_path)
+    venv = llm_dream_env(cfg, paths, full, index, "t")
+    assert len(served) == 1 and loaded == []  # the server's copy, not a second one here
+    assert venv.prompt.k == 0 and venv.prompt.history_len == 1  # the model's own prompt
+    venv.reset([tasks[0]])
+    assert venv.step(["go east 0"])[0] is not None
+    llm_dream_env(cfg, paths, variant, index, "t")  # an ablation variant is not served
+    assert loaded == [variant] and len(served) == 1
+    meta["prompt"]["k"] = 2
+    (variant / META_FILE).write_text(json.dumps(meta))
+    with pytest.raises(FileNotFoundError, match="build-buffer"):
+        llm_dream_env(cfg, paths, variant, index, "t")
