@@ -81,8 +81,12 @@ from components.experience.grounded_outcome import (  # noqa: F401
     outcome_features,
 )
 from components.experience.grounded_page import (
+    FEEDBACK,
+    PageClicks,
+    click_op,
     fill_page_template,
     page_edit,
+    parse_action,
     render_page,
 )
 from components.experience.grounded_rooms import RoomKnowledge
@@ -195,6 +199,10 @@ class GroundedModel(RoomKnowledge, TaskVariants):
         default_factory=lambda: defaultdict(Counter)
     )
     edits: dict[tuple[str, str], str] = field(default_factory=dict)
+    # web pages: recorded clicks keyed without element ids, and what a click on an element
+    # of a kind does to the rest of the page (an autocomplete entry fills its field)
+    page_clicks: PageClicks = field(default_factory=PageClicks)
+    page_click_ops: dict[str, str] = field(default_factory=dict)
     guessed: dict[tuple[str, str, str], str | None] = field(default_factory=dict)
     won_model: _LogisticRegression | None = None
     lost_model: _LogisticRegression | None = None
@@ -362,6 +370,8 @@ class GroundedModel(RoomKnowledge, TaskVariants):
                             draft.mirror = focus_as_move(memory, state, action)
                     return draft
         if self.pages and (edited := page_edit(state, action)) is not None:
+            if self.settings.replay and (clicked := self._page_click_draft(query, game)):
+                return clicked
             return self._page_draft(query, edited)
         location, surroundings, inventory = split_cached(state)
         verb, x, prep, y = science_parse(action) if self.science else _parse(action)
@@ -434,15 +444,45 @@ class GroundedModel(RoomKnowledge, TaskVariants):
         if not self.settings.history:
             memory = EpisodeMemory.replay(memory.instruction, state)
         page, verb, kind, valid = edited
+        if verb == "click" and valid and (op := self.page_click_ops.get(kind)):
+            page = click_op(op, page, parse_action(action).ref)
         feedback = self._page_feedback(verb, kind, valid, action)
         next_state = render_page(page, feedback)
         recorded = self.admissible_by_state.get((task.task_id, _world_key(next_state)))
-        # a page edit changes values, never which elements there are: same commands
-        adm = recorded or tuple(admissible)
+        # a page edit changes values, and a click op closes a list: the commands left
+        refs = {e.ref for e in page}
+        adm = recorded or tuple(
+            c for c in admissible if (p := parse_action(c)) is None or p.ref in refs
+        )
         what = f"a {kind}" if kind else "no element"
         why = f"'{verb}' on {what}: {'valid' if valid else 'invalid'}; the page as it leaves it."
         draft = _Draft(next_state, False, False, adm, EDIT, False, why, replayed=False)
         draft.memory, draft.action, draft.current, draft.state = memory, action, admissible, state
+        return draft
+
+    def _page_click_draft(self, query: Query, game: str) -> _Draft | None:
+        """A click whose page this game recorded without the same element ids: the page
+        it showed; its ending where every recording agrees, else judged anew."""
+        task, memory, state, action, admissible, _ = query
+        hit = self.page_clicks.lookup(game, state, action)
+        if hit is None:
+            return None
+        if not self.settings.history:
+            memory = EpisodeMemory.replay(memory.instruction, state)
+        body, template, ending = hit
+        kind = page_edit(state, action)[2]
+        feedback = fill_page_template(template, action, kind)
+        feedback = feedback or self._page_feedback("click", kind, True, action)
+        next_state = f"{body}\n{FEEDBACK}{feedback}"
+        adm, fallback = self._admissible(game, next_state, admissible, _played(memory, action))
+        why = "This click was seen on this page of this game: the page it showed."
+        won, lost = ending or (False, False)
+        draft = _Draft(next_state, bool(won), bool(lost), adm, REPLAY, fallback, why)
+        draft.score = float(bool(won))
+        if ending is None or _is_generated(task):
+            draft.why = "This click was seen on this page ending both ways: judged anew."
+            draft.memory, draft.action, draft.current = memory, action, admissible
+            draft.state = state
         return draft
 
     def _page_feedback(self, verb: str, kind: str, valid: bool, action: str) -> str:

@@ -17,7 +17,15 @@ from components.experience.grounded_outcome import (
     outcome_features,
     win_requirements,
 )
-from components.experience.grounded_page import page_edit, page_template, parse_page, render_page
+from components.experience.grounded_page import (
+    CLICK_OPS,
+    click_op,
+    page_edit,
+    page_template,
+    parse_action,
+    parse_page,
+    render_page,
+)
 from components.experience.grounded_science import (
     WinGate,
     WordPrior,
@@ -56,6 +64,7 @@ def fit_tables(model: GroundedModel, trajectories: Sequence[Trajectory]) -> dict
     edit_seen: Counter = Counter()  # valid in-room commands per (verb, preposition)
     feats, won, lost, games = [], [], [], []
     page_hits = Counter()
+    click_hits: dict[str, Counter] = defaultdict(Counter)  # per clicked kind, per CLICK_OPS
     for traj in real:
         model.initial.setdefault(
             traj.task_id, (traj.initial_state, tuple(traj.steps[0].admissible_actions or ()))
@@ -99,7 +108,9 @@ def fit_tables(model: GroundedModel, trajectories: Sequence[Trajectory]) -> dict
         lost.append(int(was_lost))
         games.append(s.task_id)
         if model.pages:
-            _fit_page_step(model, s, page_hits)
+            _fit_page_step(model, s, page_hits, click_hits)
+            ending = (s.done and s.reward == 1, was_lost)
+            model.page_clicks.add(s.task_id, s.state, s.action, s.next_state, ending)
             continue
         verb, x, prep, y = (science_parse if model.science else parse_command)(s.action)
         loc0, sur0, inv0 = split_state(s.state)
@@ -118,6 +129,11 @@ def fit_tables(model: GroundedModel, trajectories: Sequence[Trajectory]) -> dict
                 )
     # ties go to the first operator: "none" before any edit
     model.edits = {k: c.most_common(1)[0][0] for k, c in edit_hits.items()}
+    model.page_click_ops = {  # max keeps the first of a tie: "none"
+        kind: op
+        for kind, c in click_hits.items()
+        if (op := max(CLICK_OPS, key=lambda o, c=c: c[o])) != "none"
+    }
     x_all = np.asarray(feats, np.float32)
     y_won, y_lost = np.asarray(won), np.asarray(lost)
     stats = _fit_classifiers(model, x_all, y_won, y_lost, games)
@@ -134,7 +150,14 @@ def fit_tables(model: GroundedModel, trajectories: Sequence[Trajectory]) -> dict
         "templates": sum(len(c) for c in model.templates.values()),
         **stats,
         **(
-            {"page_edit_match": page_hits["match"] / max(1, page_hits["steps"])}
+            {
+                "page_edit_match": page_hits["match"] / max(1, page_hits["steps"]),
+                "page_click_ops": dict(model.page_click_ops),
+                "page_click_match": {
+                    kind: round(c[model.page_click_ops.get(kind, "none")] / c["n"], 3)
+                    for kind, c in sorted(click_hits.items())
+                },
+            }
             if model.pages
             else {}
         ),
@@ -166,17 +189,27 @@ def edit_match(
     }
 
 
-def _fit_page_step(model: GroundedModel, s: Transition, hits: Counter) -> None:
-    """Learn the feedback template of a page step; count whether ``page_edit`` matches it."""
+def _fit_page_step(
+    model: GroundedModel, s: Transition, hits: Counter, click_hits: dict[str, Counter]
+) -> None:
+    """Learn the feedback template of a page step; count whether ``page_edit`` matches it,
+    and for a click, which of ``CLICK_OPS`` reproduces the page it left."""
     edited = page_edit(s.state, s.action)
     if edited is None:
         return
     page, verb, kind, valid = edited
     fb = s.next_state.rsplit("Feedback: ", 1)[-1] if "Feedback: " in s.next_state else ""
     model.templates[(PAGE_VERB + verb, kind, valid)][page_template(fb, s.action, kind)] += 1
-    if not s.done:  # a finished episode's page is the next episode's
-        hits["steps"] += 1
-        hits["match"] += world_key(render_page(page, "")) == world_key(s.next_state)
+    if s.done:  # a finished episode's page is the next episode's
+        return
+    after = world_key(s.next_state)
+    hits["steps"] += 1
+    hits["match"] += world_key(render_page(page, "")) == after
+    if verb == "click" and valid and kind not in ("checkbox", "radio"):
+        ref = parse_action(s.action).ref  # a valid click parses
+        click_hits[kind]["n"] += 1
+        for op in CLICK_OPS:
+            click_hits[kind][op] += world_key(render_page(click_op(op, page, ref), "")) == after
 
 
 def _index(

@@ -18,8 +18,9 @@ from __future__ import annotations
 
 import random
 import re
+from collections import Counter, defaultdict
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from functools import lru_cache, partial
 
 from components.envs.miniwob_dom import TEXT_INPUTS, Element, parse_action, parse_page, quoted
@@ -35,6 +36,10 @@ _SWAP_KINDS = ("checkbox", "radio", "file", "folder")
 # a link that turns pages of a list (search results) rather than choosing an entry of it
 _PAGER = re.compile(r"(?:\d+|[<>\u00ab\u00bb]|prev(?:ious)?|next|first|last)", re.IGNORECASE)
 PAGE_FEATURES = 14 + len(CLICK_GROUPS)  # len(page_features(...))
+# what a click on an element of some kind does to the rest of the page, learned per kind:
+# nothing, or "fill" (the entry's text goes into the page's text field and its list closes)
+CLICK_OPS = ("none", "fill")
+_VALUE_KINDS = (*TEXT_INPUTS, "select", "checkbox", "radio")
 
 
 def render_page(elements: Sequence[Element], feedback: str) -> str:
@@ -72,6 +77,72 @@ def page_edit(state: str, action: str) -> tuple[tuple[Element, ...], str, str, b
 
 def _set(page: Sequence[Element], target: Element, value: str) -> tuple[Element, ...]:
     return tuple(replace(e, value=value) if e.ref == target.ref else e for e in page)
+
+
+def click_op(op: str, page: Sequence[Element], ref: int) -> tuple[Element, ...]:
+    """The page after a click on ``ref`` does ``op`` (one of ``CLICK_OPS``) to it."""
+    target = next((e for e in page if e.ref == ref), None)
+    fields = [e for e in page if e.kind in TEXT_INPUTS]
+    if op != "fill" or target is None or len(fields) != 1:
+        return tuple(page)
+    return tuple(e for e in _set(page, fields[0], target.text) if e.kind != target.kind)
+
+
+def _shown(page: Sequence[Element]) -> tuple[tuple[str, str, str, tuple[str, ...]], ...]:
+    return tuple((e.kind, e.text, e.value or "", e.options) for e in page)
+
+
+def click_keys(state: str, action: str) -> tuple[tuple, tuple] | None:
+    """Id-free keys of a click: (the page as shown, which element) and (the page's values,
+    the element's kind and text); None unless ``action`` clicks an element of the page."""
+    page = parse_page(state)
+    parsed = parse_action(action)
+    if page is None or parsed is None or parsed.verb != "click":
+        return None
+    at = next((i for i, e in enumerate(page) if e.ref == parsed.ref), None)
+    if at is None:
+        return None
+    shown = _shown(page)
+    values = tuple(x for x in shown if x[0] in _VALUE_KINDS)
+    return (shown, at), (values, page[at].kind, page[at].text)
+
+
+@dataclass
+class PageClicks:
+    """Recorded clicks of a game, keyed without element ids (a page re-rendered renumbers
+    them): where the page as shown is new, what the same click did under the same field
+    values, if every recording of it shows the same page (a search button; a results
+    page's number)."""
+
+    shown: dict[tuple, Counter] = field(default_factory=lambda: defaultdict(Counter))
+    valued: dict[tuple, Counter] = field(default_factory=lambda: defaultdict(Counter))
+
+    def add(self, game: str, state: str, action: str, next_state: str, ending: tuple) -> None:
+        """Record a real click: the next page (its feedback as a template) and its ending."""
+        keys = click_keys(state, action)
+        if keys is None:
+            return
+        body, _, feedback = next_state.rpartition(FEEDBACK)
+        kind = keys[1][1]
+        outcome = (body.rstrip("\n"), page_template(feedback, action, kind), *ending)
+        self.shown[(game, *keys[0])][outcome] += 1
+        self.valued[(game, *keys[1])][outcome] += 1
+
+    def lookup(self, game: str, state: str, action: str) -> tuple[str, str, tuple | None] | None:
+        """(next page without feedback, feedback template, the ending if every recording
+        agrees on it), or None where no recording of the click decides the page."""
+        keys = click_keys(state, action)
+        if keys is None:
+            return None
+        outcomes = self.shown.get((game, *keys[0]))
+        if not outcomes:
+            outcomes = self.valued.get((game, *keys[1]))
+            pages = {_shown(parse_page(o[0]) or ()) for o in outcomes or ()}
+            if len(pages) != 1:
+                return None
+        body, template, *_ = outcomes.most_common(1)[0][0]
+        endings = {tuple(o[2:]) for o in outcomes}
+        return body, template, endings.pop() if len(endings) == 1 else None
 
 
 def page_template(feedback: str, action: str, kind: str) -> str:

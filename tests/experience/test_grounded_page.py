@@ -347,3 +347,101 @@ def test_policy_reads_a_page_command_with_its_element() -> None:
     assert np.isclose(
         command_scalars(mem, target)[goal_overlap], command_scalars(mem, other)[goal_overlap]
     )
+
+
+def _page_steps(task_id: str, text: str, pages: list[list[Element]], actions: list[str]):
+    """One real episode over ``pages`` (page i, then ``actions[i]`` shows page i + 1)."""
+    steps, feedback = [], LOADED
+    for i, action in enumerate(actions):
+        kind = next(e.kind for e in pages[i] if f"[{e.ref}]" in action)
+        after = f"Clicked [{action[7:-1]}] {kind}."
+        steps.append(
+            make_step(
+                f"{task_id}-ep{len(actions)}",
+                i,
+                render_state(pages[i], feedback),
+                action,
+                render_state(pages[i + 1], after),
+                task_id=task_id,
+                instruction=text,
+                admissible_actions=[f"click [{e.ref}]" for e in pages[i]],
+                env="miniwob",
+            )
+        )
+        feedback = after
+    return trajectory_of(steps)
+
+
+def test_an_autocomplete_entry_fills_its_field_on_unseen_pages() -> None:
+    def page(game: int, typed: str, entries: list[str]) -> list[Element]:
+        return [
+            Element(5, "textbox", "Tags:", value=typed),
+            Element(6, "button", "Submit"),
+            *(Element(9 + 2 * i + game % 2, "option", x) for i, x in enumerate(entries)),
+        ]
+
+    words = [["Greece", "Greenland"], ["Angola", "Anguilla"], ["Bolivia", "Botswana"]]
+    real = []
+    for game, entries in enumerate(words):
+        prefix = entries[0][:3]
+        chosen = [Element(5, "textbox", "Tags:", value=entries[1]), Element(6, "button", "Submit")]
+        pick = f"click [{11 + game % 2}]"
+        real.append(
+            _page_steps(
+                f"mw-use-autocomplete-train-{game}",
+                f'Enter "{prefix}"',
+                [page(game, prefix, entries), chosen],
+                [pick],
+            )
+        )
+    m = GroundedModel(GroundedSettings(seed=0))
+    m.fit(real)
+    assert m.fit_stats["page_click_ops"] == {"option": "fill"}
+    task = make_task("mw-use-autocomplete-train-7", 'Enter "Can"', env="miniwob")
+    state = render_state(page(7, "Can", ["Canada", "Cameroon"]), LOADED)
+    out = m.predict(
+        task,
+        EpisodeMemory.replay(task.instruction, state),
+        state,
+        "click [12]",
+        ["click [5]", "click [6]", "click [10]", "click [12]"],
+    )
+    assert parse_page(out.next_state) == (
+        Element(5, "textbox", "Tags:", value="Cameroon"),
+        Element(6, "button", "Submit"),
+    )
+    assert out.admissible == ("click [5]", "click [6]")  # the entries are gone
+
+
+def test_a_click_shows_the_recorded_page_whatever_its_ids() -> None:
+    def results(start: int, names: list[str], pager: str) -> list[Element]:
+        links = [Element(start + 4 * i, "link", x) for i, x in enumerate(names)]
+        return [box, Element(6, "button", "Search"), *links, Element(start + 13, "link", pager)]
+
+    box = Element(5, "textbox", "", value="Jess")
+    text = 'Use the textbox to enter "Jess" and press "Search", then click the 4th result.'
+    task_id = "mw-search-engine-train-0"
+    first, second = results(9, ["Donovan", "Ann", "Cy"], "2"), results(30, ["Jess", "Bo"], "1")
+    real = _page_steps(
+        task_id,
+        text,
+        [[box, Element(6, "button", "Search")], first, second],
+        ["click [6]", "click [22]"],
+    )
+    m = GroundedModel(GroundedSettings(seed=0))
+    m.fit([real])
+    task = make_task(task_id, text, env="miniwob")
+    mem = EpisodeMemory.replay(text, real.initial_state)
+    # page 1 re-rendered with other ids (as after a second search): its "2" shows page 2
+    again = render_state(results(51, ["Donovan", "Ann", "Cy"], "2"), "Clicked [6] button.")
+    turned = m.predict(task, mem, again, "click [64]", ["click [64]"])
+    assert parse_page(turned.next_state) == tuple(second) and turned.evidence == "replay"
+    assert turned.next_state.endswith("Clicked [64] link.") and not (turned.won or turned.lost)
+    # Search pressed again on page 2: the same search shows the same first page
+    research = m.predict(task, mem, render_state(second, LOADED), "click [6]", ["click [6]"])
+    assert parse_page(research.next_state) == tuple(first) and not research.lost
+    # the same "2" under another search (no recording of it): the page as the click leaves it
+    box = Element(5, "textbox", "", value="Zed")
+    other = render_state(results(9, ["Donovan", "Ann", "Cy"], "2"), LOADED)
+    unseen = m.predict(task, mem, other, "click [22]", ["click [22]"])
+    assert unseen.evidence == EDIT and unseen.next_state.startswith(other.rsplit("\n", 1)[0])
