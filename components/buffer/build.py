@@ -1,4 +1,9 @@
-"""Seed buffer: the ingested real transitions, embedded and stored as version ``seed``."""
+"""Seed buffer: the ingested real transitions, embedded and stored as version ``seed``.
+
+A rebuild makes the buffer hold exactly its input: rows of transitions that are no
+longer ingested (a raw file removed, a line now quarantined) are deleted, so the seed
+never trains on data the pipeline dropped. Old versions stay readable.
+"""
 
 from __future__ import annotations
 
@@ -91,10 +96,11 @@ def build_buffer(
     embedder: Embedder | None = None,
     tag: str = SEED_TAG,
 ) -> dict[str, Any]:
-    """Build (or idempotently complete) the seed buffer from real transitions; returns stats."""
+    """Build (or idempotently bring up to date) the seed buffer from real transitions; stats."""
     # File inputs are split-filtered (default: train only, so validation games cannot leak
-    # into fidelity evaluation). Every row must be real. The version is tagged ``seed``;
-    # re-running on the same input writes nothing and keeps the tag.
+    # into fidelity evaluation). Every row must be real. The buffer ends up holding exactly
+    # these rows (stale ones are deleted); the version is tagged ``seed``; re-running on
+    # the same input writes nothing and keeps the tag.
     start = time.perf_counter()
     rows = (
         load_transitions(transitions, splits)
@@ -105,7 +111,7 @@ def build_buffer(
     if synthetic:
         raise ValueError(f"the seed buffer takes real transitions only; got {synthetic} synthetic")
     buf = ReplayBuffer.open(buffer_dir, cfg.buffer, embedder=embedder)
-    result = buf.add(rows)
+    result, removed = buf.sync(rows)
     tags = buf.tags()
     # A re-run of the stage on the same input leaves the version unchanged: keep the tag.
     if tag not in tags or tags[tag] != buf.version:
@@ -118,6 +124,7 @@ def build_buffer(
         "input_rows": len(rows),
         "inserted": result.inserted,
         "already_present": result.already_present,
+        "removed_stale": removed,
         "duplicates_in_batch": result.duplicates_in_batch,
         "embed_seconds": round(result.embed_seconds, 3),
         "embed_rows_per_s": round(embedded / result.embed_seconds, 1)

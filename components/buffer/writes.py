@@ -1,5 +1,6 @@
 """The write path: ``add`` merges on the transition id under the writers' lock and applies
-the co-evolution cap; ``evict_synthetic`` applies it on demand.
+the co-evolution cap; ``evict_synthetic`` applies it on demand; ``sync`` makes the table
+hold exactly a given set of transitions (the seed buffer's rebuild).
 
 ``add`` is idempotent: existing rows win, and a batch with nothing new writes nothing (no
 new table version). Incoming rows the cap would evict at once are never written.
@@ -10,6 +11,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
+from typing import Any
 
 import numpy as np
 import pyarrow.compute as pc
@@ -23,7 +25,8 @@ from components.buffer.eviction import (
     reservoir_key,
 )
 from components.buffer.index import IndexMixin
-from components.buffer.schema import rows_to_arrow
+from components.buffer.retrieval import sql_literal
+from components.buffer.schema import RESULT_COLUMNS, rows_to_arrow
 from components.schema import Transition
 
 
@@ -132,6 +135,36 @@ class WritesMixin(IndexMixin):
         result.update(embed_seconds=t1 - t0, write_seconds=t2 - t1)
         return AddResult(inserted=len(batch), evicted=plan.n_delete, version=self.version, **result)
 
+    def sync(
+        self, transitions: Iterable[Transition], *, embeddings: np.ndarray | None = None
+    ) -> tuple[AddResult, int]:
+        """Make the table hold exactly ``transitions``; returns (the add's result, rows deleted)."""
+        # Rows whose id is gone, or whose stored content differs (an edited raw line keeps
+        # its id), are deleted; ``add`` then inserts what is missing. Both run under one
+        # write lock; with nothing stale and nothing new no version is written.
+        self._require_writable()
+        rows = list(transitions)
+        wanted: dict[str, tuple[Any, ...]] = {}
+        for t in rows:
+            wanted.setdefault(t.id, _stored_values(t))
+        with self._write_lock():
+            stored = self._scan(RESULT_COLUMNS)
+            stale = [
+                row["id"]
+                for row in stored.to_pylist()
+                if wanted.get(row["id"]) != tuple(row[c] for c in RESULT_COLUMNS)
+            ]
+            if stale:
+                with self._io("delete stale rows"):
+                    for i in range(0, len(stale), 1000):
+                        chunk = stale[i : i + 1000]
+                        self._table.delete("id IN (" + ", ".join(map(sql_literal, chunk)) + ")")
+                self._changed()
+            result = self.add(rows, embeddings=embeddings)
+            if stale and not result.changed:
+                self._maintain_index()  # add wrote nothing, so it did not maintain it
+        return result, len(stale)
+
     def evict_synthetic(self, cap: int | None = None, policy: Eviction | None = None) -> int:
         """Evict synthetic rows above ``cap`` with ``policy`` (config defaults); returns count."""
         self._require_writable()
@@ -151,3 +184,12 @@ class WritesMixin(IndexMixin):
         self._changed()
         self._maintain_index()
         return plan.n_delete
+
+
+def _stored_values(t: Transition) -> tuple[Any, ...]:
+    """``t`` as the table stores it: the ``RESULT_COLUMNS`` values, in order."""
+    flat = {
+        **t.model_dump(exclude={"provenance"}),
+        **t.provenance.model_dump(),
+    }
+    return tuple(flat[c] for c in RESULT_COLUMNS)

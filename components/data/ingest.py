@@ -4,7 +4,8 @@ Every input line ends up in exactly one place: the ingested trajectories, or the
 quarantine with the reasons it failed (too long or too deeply nested, checked before
 parsing; undecodable bytes, invalid JSON, wrong structure, duplicate episode or
 transition id, failed expectations, schema errors in strict mode: no type coercion,
-integers bounded as stored). Counts always add up, a bad line never aborts the batch,
+integers bounded as stored; given the task suite, a task_id it does not hold, or a split
+or env other than the task's). Counts always add up, a bad line never aborts the batch,
 and quarantined lines keep their original content so they can be fixed and re-ingested.
 A duplicate quarantines only the later line; the first one is kept.
 
@@ -19,7 +20,7 @@ import json
 import re
 from bisect import bisect_right
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from itertools import accumulate
 from json.decoder import scanstring
@@ -31,7 +32,7 @@ from pydantic import ValidationError
 from components.config import IngestConfig
 from components.data.validation import LINE_EPISODE, LINE_ID, ROW_ID, validate_transitions
 from components.io import InputError, atomic_outputs, remove_stale_temps
-from components.schema import Trajectory
+from components.schema import Task, Trajectory
 
 QUARANTINE_FILE = "quarantined.jsonl"
 REPORT_FILE = "report.json"
@@ -161,8 +162,21 @@ def _flatten(candidates: list[_Candidate]) -> Any:
             row.update({ROW_ID: len(rows), LINE_ID: line_id, LINE_EPISODE: cand.obj["episode_id"]})
             rows.append(row)
     columns = dict.fromkeys(
-        ("id", "task_id", "env", "episode_id", "step_index", "instruction", "state", "action")
-        + ("next_state", "reward", "done", "valid_action", "source")
+        (
+            "id",
+            "task_id",
+            "env",
+            "episode_id",
+            "step_index",
+            "instruction",
+            "state",
+            "action",
+            "next_state",
+            "reward",
+            "done",
+            "valid_action",
+            "source",
+        )
     )
     for row in rows:
         columns.update(dict.fromkeys(row))
@@ -202,9 +216,14 @@ def check_inputs(raw_files: list[Path]) -> None:
 
 
 def ingest(
-    raw_files: list[Path], out_dir: Path, quarantine_dir: Path, cfg: IngestConfig
+    raw_files: list[Path],
+    out_dir: Path,
+    quarantine_dir: Path,
+    cfg: IngestConfig,
+    tasks: Iterable[Task] | None = None,
 ) -> IngestReport:
-    """Validate raw trajectory files; write ingested data and the quarantine."""
+    """Validate raw trajectory files (against ``tasks`` if given); write data and quarantine."""
+    suite = None if tasks is None else {t.task_id: t for t in tasks}
     check_inputs(raw_files)  # before anything is written: the previous outputs stay
     for folder in (out_dir, quarantine_dir):
         remove_stale_temps(folder)  # left by a run that was killed while writing
@@ -241,7 +260,7 @@ def ingest(
     pending = parsed
     while pending:
         candidates, displaced = _deduplicate(pending, seen, claimed)
-        failed = _validate(candidates, cfg, validation, ingested)
+        failed = _validate(candidates, cfg, validation, ingested, suite)
         for cand in failed:
             reject(cand.line, sorted(set(cand.reasons)), cand.obj["episode_id"])
             # what it held is free again
@@ -321,10 +340,11 @@ def _validate(
     cfg: IngestConfig,
     validation: dict[str, Any],
     ingested: list[Trajectory],
+    suite: dict[str, Task] | None = None,
 ) -> list[_Candidate]:
-    """Great Expectations, then the strict schema: the valid lines go to ``ingested``,
-    the suite's summary into ``validation`` (counts added up over rounds); returns the
-    failed candidates with their reasons."""
+    """Great Expectations, the task suite, then the strict schema: the valid lines go to
+    ``ingested``, the expectations' summary into ``validation`` (counts added up over
+    rounds); returns the failed candidates with their reasons."""
     if not candidates:
         return []
     outcome = validate_transitions(_flatten(candidates), cfg)
@@ -340,6 +360,9 @@ def _validate(
     for rid, reasons in outcome.failures.items():
         lid = bisect_right(starts, rid) - 1
         candidates[lid].reasons.extend(f"step {rid - starts[lid]}: {r}" for r in reasons)
+    if suite is not None:
+        for cand in candidates:
+            cand.reasons.extend(_task_reasons(cand.obj, suite))
     failed = []
     for cand in candidates:
         if not cand.reasons:
@@ -354,6 +377,30 @@ def _validate(
                 )
         failed.append(cand)
     return failed
+
+
+def _task_reasons(obj: dict[str, Any], suite: dict[str, Task]) -> list[str]:
+    """Why a line does not belong to the task suite: an unknown task, or a split or env
+    other than its task's (the buffer and SFT trust the row's split: a mislabelled test
+    game would be trained on)."""
+    task_id = obj.get("task_id")
+    if not isinstance(task_id, str):
+        return []  # the schema names the missing or mistyped field
+    task = suite.get(task_id)
+    if task is None:
+        return [f"unknown task_id: {task_id!r} is not in the task suite"]
+    reasons = []
+    split = obj.get("split")
+    if isinstance(split, str) and split != task.split:
+        reasons.append(f"split mismatch: {split!r}, task {task_id!r} is in {task.split!r}")
+    # the steps' env too: the schema ties their task_id to the line's, not their env
+    envs = [("", obj.get("env"))] + [
+        (f"step {i}: ", s.get("env")) for i, s in enumerate(obj["steps"])
+    ]
+    for where, env in envs:
+        if isinstance(env, str) and env != task.env:
+            reasons.append(f"{where}env mismatch: {env!r}, task {task_id!r} is in {task.env!r}")
+    return reasons
 
 
 def _reason_kind(reason: str) -> str:

@@ -19,6 +19,8 @@ from components.stages.common import numbers, write_json
 log = logging.getLogger("dreamgym")
 
 DATA_METRICS = "data.json"
+# a fresh annotate run's file beside annotations.jsonl until it replaces it
+FRESH_SUFFIX = ".fresh.jsonl"
 
 
 def load_tasks(paths: Paths) -> list[Task]:
@@ -128,7 +130,7 @@ def collect(cfg: Config, paths: Paths) -> dict[str, Any]:
 
 
 def ingest(cfg: Config, paths: Paths) -> dict[str, Any]:
-    """Stage ingest: validate raw trajectories with GX, quarantine bad rows, write metrics."""
+    """Stage ingest: validate raw trajectories (GX, the task suite), quarantine bad rows."""
     from components.data.ingest import REPORT_FILE, VALIDATION_FILE, check_inputs
     from components.data.ingest import ingest as ingest_files
     from components.tracking import stage_run
@@ -137,13 +139,16 @@ def ingest(cfg: Config, paths: Paths) -> dict[str, Any]:
     if not raw_files:
         raise FileNotFoundError(f"no *.jsonl under {paths.raw}: run `dreamgym collect` first")
     check_inputs(raw_files)  # a folder named x.jsonl: fail before any run is recorded
+    # rows are checked against the suite: a test game's row labelled "train" would
+    # otherwise reach the buffer and SFT (a missing suite fails before anything is written)
+    tasks = load_tasks(paths)
     data = {"raw": paths.raw, "tasks": paths.tasks}
     with (
         output_lock(paths.ingested, paths.quarantine, command="ingest"),
         stage_run("ingest", "data", cfg, ("ingest",), paths.root, data) as run,
     ):
-        report = ingest_files(raw_files, paths.ingested, paths.quarantine, cfg.ingest)
-        metrics = data_metrics(load_tasks(paths), paths.trajectories_file, report.n_quarantined)
+        report = ingest_files(raw_files, paths.ingested, paths.quarantine, cfg.ingest, tasks)
+        metrics = data_metrics(tasks, paths.trajectories_file, report.n_quarantined)
         write_json(paths.metrics / DATA_METRICS, metrics)
         run.log_metrics({**metrics, "n_lines": report.n_lines})
         run.log_dict(report.validation, "great_expectations/validation.json")
@@ -196,19 +201,75 @@ def _annotate(cfg: Config, paths: Paths, fresh: bool, wanted: tuple[str, str]) -
     from components.teacher.annotate import failures_path_for, iter_annotations
     from components.tracking import stage_run
 
+    def teachers(path: Path) -> set[tuple[str, str]]:
+        return {(str(r.get("backend")), str(r.get("model"))) for r in iter_annotations(path)}
+
     out = paths.annotations_file
-    producers = {(str(r.get("backend")), str(r.get("model"))) for r in iter_annotations(out)}
-    if producers and producers != {wanted} and not fresh:
+    work = out.with_name(out.stem + FRESH_SUFFIX)
+    producers = teachers(out)
+    # A fresh start writes beside the old annotations and replaces them only when it ends:
+    # a run that fails (a refused key, a crash, the budget) loses none of the old rows.
+    if fresh:
+        target, resume = (work if producers else out), False
+    elif teachers(work) == {wanted}:
+        # a fresh start by this teacher that stopped part way: its paid rows are resumed
+        log.warning("resuming the unfinished fresh annotation run in %s", work)
+        target, resume = work, True
+    elif producers and producers != {wanted}:
         # resuming is for the same teacher; a new teacher starts over rather than mixing
         log.warning("annotations by %s, config asks for %s: starting fresh", producers, wanted)
-        fresh = True
+        target, resume = work, False
+    else:
+        target, resume = out, True
     trajectories = list(read_jsonl(paths.trajectories_file, Trajectory))
     data = {"trajectories": paths.trajectories_file}
     with stage_run("annotate", "experience", cfg, ("teacher",), paths.root, data) as run:
-        stats = annotate_transitions(cfg, trajectories, out, resume=not fresh)
+        try:
+            stats = annotate_transitions(cfg, trajectories, target, resume=resume)
+        except BaseException:
+            if target == work:
+                _drop_if_empty(work, failures_path_for(work))
+            raise
         run.log_metrics(stats)
+        if target == work and (stats["n_total_annotated"] or not trajectories):
+            _replace_annotations(work, out)
+            stats.update(out_path=str(out), failures_path=str(failures_path_for(out)))
+        elif target == work:  # every request failed: keep the old teacher's rows
+            log.warning(
+                "the new teacher annotated nothing (%d failed): %s keeps its annotations",
+                stats["n_failed"],
+                out,
+            )
+            if failures_path_for(work).exists():
+                run.log_artifact(failures_path_for(work), "annotation_failures")
+            _drop_if_empty(work, failures_path_for(work))
         failures = failures_path_for(out)
         if failures.exists() and failures.stat().st_size:
             run.log_artifact(failures, "annotation_failures")
     write_json(paths.metrics / "annotate.json", numbers(stats))
     return stats
+
+
+def _drop_if_empty(work: Path, failures: Path) -> None:
+    """Remove a fresh run's files when it annotated nothing (nothing paid for to resume)."""
+    if not work.exists() or not work.stat().st_size:
+        work.unlink(missing_ok=True)
+        failures.unlink(missing_ok=True)
+
+
+def _replace_annotations(work: Path, out: Path) -> None:
+    """A finished fresh run's files replace the annotations and their failures atomically."""
+    import os
+
+    from components.io import _fsync_path
+    from components.teacher.annotate import failures_path_for
+
+    # the failures first, the annotations last: the annotations' rename is the commit, and
+    # until it the fresh run can still be resumed from ``work``
+    for src, dst in ((failures_path_for(work), failures_path_for(out)), (work, out)):
+        if src.exists():
+            _fsync_path(src)
+            os.replace(src, dst)
+        else:
+            dst.unlink(missing_ok=True)  # the old teacher's failures are not the new one's
+    _fsync_path(out.parent, directory=True)
