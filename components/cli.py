@@ -220,6 +220,8 @@ TRANSFER = (
             ),
         ],
         None,
+        choices="components.stages.transfer:REWARDS",
+        hint="--reward",
     ),
 )
 

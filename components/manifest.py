@@ -81,11 +81,14 @@ def is_ours(folder: Path, name: str, manifest: dict[str, str | None] | None = No
 def claim(folder: Path, names: Iterable[str], *, force: bool, what: str) -> None:
     """Make sure the files ``names`` may be (re)written, then claim them (content None).
 
-    Raises ``NotOursError`` naming the first file that is the user's, unless ``force``.
+    Raises ``NotOursError`` naming the first file that is the user's, unless ``force``, and
+    ``InputError`` when ``folder`` is a file.
     The claim keeps a run interrupted between writing and ``record`` from locking itself
     out of its own file.
     """
     names = list(names)
+    if Path(folder).exists() and not Path(folder).is_dir():  # checked before any work
+        raise InputError(f"{folder} is a file, not a folder: name a folder for the outputs")
     files = read_manifest(folder)
     if not force:
         for name in names:

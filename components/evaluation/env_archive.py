@@ -93,19 +93,37 @@ def merge_env_entry(project: Mapping[str, Any], source: Mapping[str, Any], env: 
     return merged
 
 
+def _run_env(doc: Mapping[str, Any]) -> str | None:
+    """The env of the run that wrote a side-by-side metrics file (its ``_provenance.env``)."""
+    top = doc.get("_provenance")
+    return top.get("env") if isinstance(top, dict) else None
+
+
 def _source_env(source: Path, env: str | None) -> tuple[str, dict[str, Any], dict[str, Any]]:
     """(env: ``env`` or the one the source's Table 1 was made for, that run's provenance,
-    the source's Table 1), checked."""
+    the source's Table 1), checked: the source's run must be of ``env``."""
     table = read_json_object(source / TABLE1)
     if table is None:
         raise ValueError(f"{source / TABLE1} is missing: run the pipeline there first")
-    top = table.get("_provenance") if isinstance(table.get("_provenance"), dict) else {}
-    env = env or top.get("env")
-    if not env:
+    run_env = _run_env(table)
+    if not run_env:
         raise ValueError(f"{source / TABLE1} has no _provenance.env: not a table1 stage output")
+    env = env or run_env
     if not isinstance(table.get(env), dict):
         raise ValueError(f"{source / TABLE1} has no rows for env {env!r}")
-    prov = (table.get("_provenance_by_env") or {}).get(env) or top
+    # the stage metrics copied as they are (data.json, agent/ ...) record no env: the run's
+    # env is what they are of; the source's rows of other envs are stale copies
+    for rel, doc in (
+        (TABLE1, table),
+        (POLICY_FIDELITY, read_json_object(source / POLICY_FIDELITY)),
+    ):
+        made_for = _run_env(doc or {})
+        if made_for and made_for != env:
+            raise ValueError(
+                f"{source / rel} is from a {made_for} run, not {env}: archive it with "
+                f"--env {made_for}, or run the {env} pipeline there first"
+            )
+    prov = (table.get("_provenance_by_env") or {}).get(env) or table["_provenance"]
     return env, prov, table
 
 
@@ -123,7 +141,7 @@ def archive_env(
 ) -> Archived:
     """Copy ``source``'s run of ``env`` (default: the env its Table 1 was made for) into
     ``root``'s ``reports/envs/<env>/`` and merge the env's entries into ``root``'s
-    metrics/table1.json and metrics/policy_fidelity.json."""
+    metrics/table1.json and metrics/policy_fidelity.json; a run of another env is refused."""
     from components.agent.table1 import markdown as table1_markdown
     from components.evaluation.policy_fidelity import markdown_all
 

@@ -380,6 +380,11 @@ def build_table1(cfg: Config, paths: Paths) -> dict[str, Any]:
     episodes = load_episodes(paths.data / EVAL_DIR)
     steps = {m: training_real_steps(paths, m) for m in METHODS}
     table = build_table(cfg.env.name, episodes, steps)
+    if not any(table[cfg.env.name].values()):  # a table of "not evaluated" would wipe results
+        raise FileNotFoundError(
+            f"no {cfg.env.name} evaluation episodes under {paths.data / EVAL_DIR}: run "
+            "`dreamgym evaluate-random` and `dreamgym evaluate-policy METHOD` first"
+        )
     # another env is a params override (`dvc exp run -S env.name=...`), not uncommitted code
     sha, dirty = git_commit(paths.root, params_ok=True)
     table["_provenance"] = {

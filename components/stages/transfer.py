@@ -24,7 +24,7 @@ import json
 import logging
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 from components.artifacts import (
     RANDOM,
@@ -37,6 +37,8 @@ from components.artifacts import (
     seed_dir,
 )
 from components.config import Config, Paths
+from components.config.data import SCORED_ENVS, RewardMode
+from components.io import InputError
 from components.stages.common import numbers, write_json
 
 log = logging.getLogger("dreamgym")
@@ -45,6 +47,7 @@ CODE_ROOT = Path(__file__).resolve().parents[2]
 TRANSFER_METRICS = "transfer.json"
 TRANSFER_DATA = "transfer"  # data/transfer/<source>-<target>/{zero_shot,s2r}.jsonl
 ZERO_SHOT, S2R_KEY = "zero_shot", "s2r"
+REWARDS = get_args(RewardMode)  # the valid --reward names, checked before the run
 
 
 def source_env(source: Paths) -> str:
@@ -112,16 +115,14 @@ def _s2r_seed(
 
 def s2r_reward(cfg: Config, reward: str | None) -> str:
     """The S2R leg's reward mode: ``reward`` if given (checked), else the project's."""
-    from typing import get_args
-
-    from components.config.data import SCORED_ENVS, RewardMode
-
     if reward is None:
         return cfg.env.reward
-    if reward not in get_args(RewardMode):
-        raise ValueError(f"--reward {reward!r}: expected one of {list(get_args(RewardMode))}")
+    if reward not in REWARDS:
+        raise InputError(f"--reward {reward!r}: expected one of {', '.join(REWARDS)}")
     if reward == "score" and cfg.env.name not in SCORED_ENVS:
-        raise ValueError(f"--reward score: {cfg.env.name} keeps no score (only {SCORED_ENVS})")
+        raise InputError(
+            f"--reward score: {cfg.env.name} keeps no score (only {', '.join(SCORED_ENVS)})"
+        )
     return reward
 
 

@@ -181,3 +181,37 @@ def test_the_command_archives_and_reports_one_line_errors(clone_and_project):
         f"error: {project / 'x' / 'metrics' / 'table1.json'} is missing: run the pipeline "
         "there first"
     ]
+
+
+def test_a_run_of_another_env_is_refused_before_anything_is_written(clone_and_project):
+    # the clone ran scienceworld; its miniwob/textworld rows are stale copies, and its
+    # stage metrics (data.json, agent/*.json) are scienceworld's
+    from typer.testing import CliRunner
+
+    from components.cli import app
+
+    clone, project = clone_and_project
+    _write(project / "reports" / "envs" / "miniwob" / "success.png", "the miniwob run's")
+    before = {p: p.read_bytes() for p in project.rglob("*") if p.is_file()}
+    for env in ("miniwob", "textworld"):
+        with pytest.raises(ValueError, match=f"from a scienceworld run, not {env}"):
+            archive_env(clone, project, env=env)
+    bad = CliRunner().invoke(
+        app, ["archive-env", str(clone), "--root", str(project), "--env", "miniwob"]
+    )
+    assert bad.exit_code == 1
+    assert bad.output.strip().splitlines() == [
+        f"error: {clone.resolve() / 'metrics' / 'table1.json'} is from a scienceworld run, "
+        "not miniwob: archive it with --env scienceworld, or run the miniwob pipeline there first"
+    ]
+    assert {p: p.read_bytes() for p in project.rglob("*") if p.is_file()} == before
+
+    # a policy-fidelity file of another run than Table 1's is not this env's either
+    _write(clone / "metrics" / "policy_fidelity.json", _fidelity("textworld", "new", 0.7))
+    with pytest.raises(ValueError, match=r"policy_fidelity\.json is from a textworld run"):
+        archive_env(clone, project, env="scienceworld")
+    # no env recorded: the run's env cannot be told, even with --env
+    _write(clone / "metrics" / "table1.json", {**SOURCE, "_provenance": {"profile": "ci"}})
+    with pytest.raises(ValueError, match=r"has no _provenance\.env"):
+        archive_env(clone, project, env="scienceworld")
+    assert {p: p.read_bytes() for p in project.rglob("*") if p.is_file()} == before

@@ -172,14 +172,17 @@ def test_archive_env_run_copies_the_envs_rows_into_the_project(tmp_path: Path):
         assert json.loads(target.read_text()) == project and not md.exists()
         assert not (root / "reports").exists()
 
-        fresh = {"textworld": {"sft": {**row, "real_steps": None}}, "_provenance": {"env": "tw"}}
+        fresh = {
+            "textworld": {"sft": {**row, "real_steps": None}},
+            "_provenance": {"env": "textworld", "git_commit": "new"},
+        }
         (ws / "metrics" / "table1.json").write_text(json.dumps({**project, **fresh}))
         assert archive_env_run.fn("textworld", str(ws), str(root)) is True
         merged = json.loads(target.read_text())
         assert merged["textworld"] == fresh["textworld"] and merged["miniwob"] == project["miniwob"]
         assert merged["_provenance_by_env"] == {
             "miniwob": {"env": "miniwob"},
-            "textworld": {"env": "tw"},
+            "textworld": {"env": "textworld", "git_commit": "new"},
         }
         assert merged["_provenance"] == {"env": "miniwob"}  # the project's own env's run
         assert "### miniwob" in md.read_text() and "### textworld" in md.read_text()
