@@ -12,16 +12,22 @@ that are not in the current plan (logged), and runs only what is missing: no epi
 lost or written twice. The same resume runs inside one call when a worker process (and
 the game engine it hosts) dies mid-episode: the pool is restarted (``n_worker_crashes``),
 the interrupted episode, never written, is played again from its start.
+
+Ctrl-C (SIGINT) is the parent's alone (components/pool.py): it stops submitting, cancels
+the games not started, terminates the workers, keeps every finished episode (a line torn
+by the termination is dropped by the next run), prints ``interrupted: N of M episodes
+done; rerun to resume`` and exits with code 130.
 """
 
 from __future__ import annotations
 
 import fcntl
+import json
 import logging
-import os
 import random
 import time
 from collections import Counter, defaultdict
+from contextlib import closing
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -32,7 +38,6 @@ from components.config import Config
 from components.data.policies import POLICIES, ExpertEnv, behaviour_key, make_policy
 from components.envs.base import ADMISSIBLE, VALID, EnvError, step_won
 from components.envs.textworld_env import story_file_problem
-from components.envs.textworld_tasks import exit_with_parent
 from components.episodes import task_trajectory, task_transition
 from components.io import atomic_write_bytes, remove_stale_temps
 from components.schema import Provenance, Task, Trajectory, stable_id
@@ -248,8 +253,12 @@ def _scan(out_dir: Path, planned: dict[str, set[str]], splits: dict[str, str]) -
 def collect(
     cfg: Config, tasks: list[Task], out_dir: Path, root: Path, progress: bool = True
 ) -> dict[str, Any]:
-    """Collect the planned episodes under ``out_dir`` (resumable); returns a summary."""
-    from concurrent.futures.process import BrokenProcessPool
+    """Collect the planned episodes under ``out_dir`` (resumable); returns a summary.
+
+    Ctrl-C raises ``Interrupted`` (a ``SystemExit`` with code 130) once the workers are
+    stopped; the episodes finished so far are kept for the next run to resume from.
+    """
+    from components.pool import interrupted
 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -269,6 +278,28 @@ def collect(
     planned: dict[str, set[str]] = defaultdict(set)
     for p in plans:
         planned[p.task_id].add(p.episode_id)
+    try:
+        return _collect_missing(cfg, tasks, by_id, splits, plans, planned, out_dir, root, progress)
+    except KeyboardInterrupt:
+        # the workers are gone (the pool stops them on the way out): count what is on disk
+        done = _count_done(out_dir, planned)
+        raise interrupted(f"{done} of {len(plans)} episodes done; rerun to resume") from None
+
+
+def _collect_missing(
+    cfg: Config,
+    tasks: list[Task],
+    by_id: dict[str, Task],
+    splits: dict[str, str],
+    plans: list[EpisodePlan],
+    planned: dict[str, set[str]],
+    out_dir: Path,
+    root: Path,
+    progress: bool,
+) -> dict[str, Any]:
+    from concurrent.futures.process import BrokenProcessPool
+
+    c = cfg.collect
     start = time.perf_counter()
     resumed: int | None = None
     dropped = torn = crashes = env_errors = 0
@@ -306,6 +337,26 @@ def collect(
     if new["env_errors"]:
         log.warning("%d episodes skipped after env errors (rerun to retry)", new["env_errors"])
     return _summary(tasks, existing, new, wall, resumed, dropped, torn, crashes)
+
+
+def _count_done(out_dir: Path, planned: dict[str, set[str]]) -> int:
+    """Planned episodes with a whole line on disk (what a rerun will keep)."""
+    done = 0
+    for task_id, ids in planned.items():
+        try:
+            data = (out_dir / f"{task_id}.jsonl").read_bytes()
+        except OSError:
+            continue
+        seen: set[str] = set()
+        for line in data[: data.rfind(b"\n") + 1].splitlines():  # not a torn last line
+            try:
+                eid = json.loads(line).get("episode_id")
+            except (ValueError, AttributeError):
+                continue
+            if eid in ids:
+                seen.add(eid)
+        done += len(seen)
+    return done
 
 
 def _jobs(
@@ -350,8 +401,12 @@ def _run_all(jobs: list[dict[str, Any]], workers: int, new: dict[str, Any], prog
     from components.progress import progress_bar
 
     total = sum(len(j["episodes"]) for j in jobs)
-    with progress_bar(total=total, desc="collect", unit="ep", disable=not progress) as bar:
-        for stats in _run_jobs(jobs, workers):
+    # closing: an interrupt while this loop holds a result still stops the pool now
+    with (
+        progress_bar(total=total, desc="collect", unit="ep", disable=not progress) as bar,
+        closing(_run_jobs(jobs, workers)) as results,
+    ):
+        for stats in results:
             for key in ("n", "success"):
                 new[key].update(stats[key])
             new["steps"] += stats["steps"]
@@ -366,18 +421,14 @@ def _run_jobs(jobs: list[dict[str, Any]], workers: int) -> Any:
         for job in jobs:
             yield _collect_game(job)
         return
-    import multiprocessing as mp
-    from concurrent.futures import ProcessPoolExecutor, as_completed
+    from concurrent.futures import as_completed
 
-    # spawn: no forked engine state; a dying worker raises BrokenProcessPool, never hangs
-    ctx = mp.get_context("spawn")
-    with ProcessPoolExecutor(
-        min(workers, len(jobs)),
-        mp_context=ctx,
-        initializer=exit_with_parent,
-        initargs=(os.getpid(),),
-    ) as pool:
-        futures = [pool.submit(_collect_game, job) for job in jobs]
+    from components.pool import interruptible_pool, submit_all
+
+    # spawned workers that ignore SIGINT; an interrupt (or an error, or closing this
+    # generator) cancels the games not started and terminates the workers at once
+    with interruptible_pool(min(workers, len(jobs))) as pool:
+        futures = submit_all(pool, _collect_game, [(job,) for job in jobs])
         for future in as_completed(futures):
             yield future.result()
 
