@@ -405,21 +405,25 @@ def generate_task_suite(
             total=len(todo), desc="generate games", unit="game", disable=not progress
         )
         # always in spawned processes: nothing leaks between games, same results any worker
-        # count; a worker that dies raises BrokenProcessPool instead of hanging
-        import multiprocessing as mp
-        from concurrent.futures import ProcessPoolExecutor, as_completed
+        # count; a worker that dies raises BrokenProcessPool instead of hanging; on Ctrl-C
+        # the workers stop at once and the games built so far are kept for the rerun
+        from concurrent.futures import as_completed
 
-        ctx = mp.get_context("spawn")
-        n_workers = min(cfg.tasks.workers, len(todo))
-        with ProcessPoolExecutor(
-            n_workers, mp_context=ctx, initializer=exit_with_parent, initargs=(os.getpid(),)
-        ) as pool:
-            futures = [pool.submit(build_game, spec, games_dir) for spec in todo]
-            for future in as_completed(futures):
-                meta = future.result()
-                metas[meta["task_id"]] = meta
-                record_games(games_dir, [meta["task_id"]])
-                bar.update(1)
+        from components.pool import interrupted, interruptible_pool, submit_all
+
+        built = 0
+        try:
+            with interruptible_pool(min(cfg.tasks.workers, len(todo))) as pool:
+                futures = submit_all(pool, build_game, [(spec, games_dir) for spec in todo])
+                for future in as_completed(futures):
+                    meta = future.result()
+                    metas[meta["task_id"]] = meta
+                    record_games(games_dir, [meta["task_id"]])
+                    built += 1
+                    bar.update(1)
+        except KeyboardInterrupt:
+            bar.close()
+            raise interrupted(f"{built} of {len(todo)} games built; rerun to resume") from None
         bar.close()
         shutil.rmtree(games_dir / ".tmp", ignore_errors=True)
     modes = {f.name: f.instruction for f in cfg.tasks.families}
