@@ -191,6 +191,8 @@ def annotate(cfg: Config, paths: Paths, fresh: bool = False) -> dict[str, Any]:
     """Stage annotate: a teacher reasoning trace for every ingested real transition."""
     from components.teacher.annotate import teacher_identity
 
+    if not paths.trajectories_file.exists():  # before the lock: it would create data/
+        raise FileNotFoundError(f"{paths.trajectories_file} missing: run `dreamgym ingest`")
     # held for the whole stage: two annotate runs would both append the same ids
     with output_lock(paths.annotations_file.parent, command="annotate"):
         return _annotate(cfg, paths, fresh, teacher_identity(cfg.teacher))

@@ -46,6 +46,12 @@ def drift_index(paths: Paths) -> Path:
     return reports_dir(paths) / DRIFT_INDEX
 
 
+def _require_trajectories(paths: Paths) -> None:
+    """The ingested real trajectories (raises with a hint when they are missing)."""
+    if not paths.trajectories_file.exists():
+        raise FileNotFoundError(f"{paths.trajectories_file} missing: run `dreamgym ingest`")
+
+
 def replay_recorded_actions(
     cfg: Config, paths: Paths, variant: str, episodes: list[Trajectory]
 ) -> tuple[list[Trajectory], dict[str, float]]:
@@ -119,13 +125,20 @@ def judge(cfg: Config, paths: Paths) -> dict[str, Any]:
     from components.evaluation.judge import compare_variants, make_judge, run_judge
     from components.tracking import stage_run
 
+    _require_trajectories(paths)
+    if not paths.tasks_file.exists():
+        raise FileNotFoundError(f"{paths.tasks_file} missing: run `dreamgym generate-tasks`")
+    variants = [v for v in VARIANTS if experience_model_dir(paths, v).exists()]
+    if not variants:
+        raise FileNotFoundError(
+            f"{experience_model_dir(paths)} missing: run `dreamgym train-experience-model`"
+        )
     trajectories = [
         t for t in read_jsonl(paths.trajectories_file, Trajectory) if t.split == "validation"
     ]
     random.Random(cfg.judge.seed).shuffle(trajectories)
     episodes = trajectories[: cfg.judge.n_trajectories]
     tasks = {t.task_id: t for t in read_jsonl(paths.tasks_file, Task)}
-    variants = [v for v in VARIANTS if experience_model_dir(paths, v).exists()]
     env = make_env(cfg.env, paths.root) if cfg.judge.backend == "grounded" else None
     summaries: dict[str, Any] = {}
     replayed: dict[str, dict[str, Any]] = {}
@@ -179,15 +192,18 @@ def drift(cfg: Config, paths: Paths) -> dict[str, Any]:
     )
     from components.tracking import stage_run
 
+    _require_trajectories(paths)
+    files = sorted(synthetic_dir(paths).glob("*.jsonl"))
+    if not files:
+        raise FileNotFoundError(
+            f"no synthetic trajectories in {synthetic_dir(paths)}: run `dreamgym train-dreamgym`"
+        )
     real = [
         s
         for t in read_jsonl(paths.trajectories_file, Trajectory)
         if t.split == "train"
         for s in t.steps
     ]
-    files = sorted(synthetic_dir(paths).glob("*.jsonl"))
-    if not files:
-        raise FileNotFoundError(f"no synthetic trajectories in {synthetic_dir(paths)}")
     out_dir = drift_reports_dir(paths)
     out_dir.mkdir(parents=True, exist_ok=True)  # a DVC output even when no report is kept
     metrics: dict[str, Any] = {}
