@@ -85,6 +85,7 @@ from components.experience.grounded_page import (
     PageClicks,
     click_op,
     fill_page_template,
+    page_commands,
     page_edit,
     parse_action,
     render_page,
@@ -450,10 +451,7 @@ class GroundedModel(RoomKnowledge, TaskVariants):
         next_state = render_page(page, feedback)
         recorded = self.admissible_by_state.get((task.task_id, _world_key(next_state)))
         # a page edit changes values, and a click op closes a list: the commands left
-        refs = {e.ref for e in page}
-        adm = recorded or tuple(
-            c for c in admissible if (p := parse_action(c)) is None or p.ref in refs
-        )
+        adm = recorded or page_commands(next_state, admissible)
         what = f"a {kind}" if kind else "no element"
         why = f"'{verb}' on {what}: {'valid' if valid else 'invalid'}; the page as it leaves it."
         draft = _Draft(next_state, False, False, adm, EDIT, False, why, replayed=False)
@@ -475,6 +473,8 @@ class GroundedModel(RoomKnowledge, TaskVariants):
         feedback = feedback or self._page_feedback("click", kind, True, action)
         next_state = f"{body}\n{FEEDBACK}{feedback}"
         adm, fallback = self._admissible(game, next_state, admissible, _played(memory, action))
+        if not adm:  # a page no list was recorded for: the click as it edits this page
+            return None
         why = "This click was seen on this page of this game: the page it showed."
         won, lost = ending or (False, False)
         draft = _Draft(next_state, bool(won), bool(lost), adm, REPLAY, fallback, why)

@@ -88,6 +88,14 @@ def click_op(op: str, page: Sequence[Element], ref: int) -> tuple[Element, ...]:
     return tuple(e for e in _set(page, fields[0], target.text) if e.kind != target.kind)
 
 
+def page_commands(state: str, current: Sequence[str]) -> tuple[str, ...]:
+    """``current``'s commands on elements the page ``state`` still shows (a click op
+    closes a list: its entries' clicks go), or all of them if none is."""
+    refs = {e.ref for e in parse_page(state) or ()}
+    kept = tuple(c for c in current if (p := parse_action(c)) is None or p.ref in refs)
+    return kept or tuple(current)
+
+
 def _shown(page: Sequence[Element]) -> tuple[tuple[str, str, str, tuple[str, ...]], ...]:
     return tuple((e.kind, e.text, e.value or "", e.options) for e in page)
 
@@ -140,7 +148,10 @@ class PageClicks:
             pages = {_shown(parse_page(o[0]) or ()) for o in outcomes or ()}
             if len(pages) != 1:
                 return None
-        body, template, *_ = outcomes.most_common(1)[0][0]
+        # a finished episode's recorded page is the next episode's: the page of a click
+        # that went on, where one was recorded
+        going = Counter({o: n for o, n in outcomes.items() if not any(o[2:])}) or outcomes
+        body, template, *_ = going.most_common(1)[0][0]
         endings = {tuple(o[2:]) for o in outcomes}
         return body, template, endings.pop() if len(endings) == 1 else None
 

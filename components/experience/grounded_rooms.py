@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from components.experience.grounded_commands import CommandRoles, state_commands
+from components.experience.grounded_page import page_commands
 from components.experience.grounded_science import next_gold
 from components.experience.grounded_state import (
     _NEUTRAL,
@@ -194,6 +195,8 @@ class RoomKnowledge:
         if composed is not None:  # a TextWorld compact state: its commands, composed
             self._cache.remember_admissible(key, (composed, False))
             return composed, False
+        if self.pages:  # a page no list was recorded for: this one's commands on it
+            return page_commands(next_state, current), False
         location, surroundings, inventory = split_cached(next_state)
         candidates = self._room_candidates(task_id, location)
         if not candidates:

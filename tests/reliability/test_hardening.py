@@ -317,6 +317,7 @@ def test_f7_f8_second_run_on_the_same_outputs_fails_at_once(
     _, paths = make_project(tmp_path, make_trajectories(2))
     paths.transitions_file.parent.mkdir(parents=True)
     paths.transitions_file.touch()  # build-buffer checks its input before locking
+    paths.trajectories_file.touch()  # so does annotate
     with output_lock(tmp_path / output, command=command):  # the first run
         before = _snapshot(paths.data)
         result = _cli(command, "--params", str(tmp_path / "params.yaml"), "--root", str(tmp_path))
