@@ -12,6 +12,7 @@ import os
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import typer
 
@@ -137,6 +138,24 @@ def _errors() -> Iterator[None]:
         code, message = known
         typer.echo(f"error: {_one_line(message)}", err=True)
         raise typer.Exit(code) from None
+
+
+class InterruptingTyper(typer.Typer):
+    """A Typer app whose Ctrl-C ends with one line: typer turns a KeyboardInterrupt
+    outside the worker pools (which print their own) into a silent exit 130."""
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        from components.pool import EXIT_INTERRUPTED, Interrupted
+
+        try:
+            return super().__call__(*args, **kwargs)
+        except SystemExit as end:
+            if end.code == EXIT_INTERRUPTED and not isinstance(end, Interrupted):
+                typer.echo(
+                    "interrupted: stopped by Ctrl-C; finished outputs are kept, rerun to resume",
+                    err=True,
+                )
+            raise
 
 
 def _quiet_libraries(level: str) -> None:

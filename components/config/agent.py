@@ -16,6 +16,7 @@ from components.config.base import (
     LoRARank,
     OptimizerSteps,
     SaveSteps,
+    Seed,
     TrainMinutes,
     UseLoRA,
     WarmupRatio,
@@ -121,7 +122,7 @@ class AgentConfig(_Section):
         description="scorer: softmax over admissible commands scored by a small head on a "
         "frozen encoder (cpu); lm: a causal LM answering <think>/<action> (gpu)",
     )
-    seeds: tuple[int, ...] = Field(
+    seeds: tuple[Seed, ...] = Field(
         (0, 1, 2), min_length=1, description="training seeds of every policy method (Table 1)"
     )
 
@@ -160,7 +161,7 @@ class AgentConfig(_Section):
         description="LM policy RL updates recompute activations in the backward pass "
         "(SmolLM2, 16 turns of 700 tokens on CPU: 6.2 GB instead of 19.0 GB, ~10% slower)",
     )
-    seed: int = Field(0, description="data subsets, init and training seed")
+    seed: Seed = Field(0, description="data subsets, init and training seed")
     sft: PolicySFTConfig = PolicySFTConfig()
     dpo: PolicyDPOConfig = PolicyDPOConfig()
     eval: PolicyEvalConfig = PolicyEvalConfig()
@@ -227,8 +228,8 @@ class RLAlgoConfig(_Section):
         "steps (InstructGPT's PPO-ptx idea; offline data, no env step; scorer policy; 0 = off)",
     )
     sft_batch_size: int = Field(64, ge=1, description="expert steps per minibatch's SFT term")
-    seed: int = Field(0, description="task sampling, sampling and shuffling seed (per run)")
-    seeds: list[int] | None = Field(
+    seed: Seed = Field(0, description="task sampling, sampling and shuffling seed (per run)")
+    seeds: list[Seed] | None = Field(
         None,
         min_length=1,
         description="training seeds of this algorithm's runs (real, DreamGym, S2R), a subset "
@@ -258,7 +259,7 @@ class PPOConfig(RLAlgoConfig):
     tasks_per_iteration: int = Field(128, ge=1, description="distinct tasks per round")
     rollouts_per_task: int = Field(1, ge=1, description="episodes per task per round")
     epochs: int = Field(2, ge=1, description="passes over each rollout batch")
-    seeds: list[int] | None = Field(
+    seeds: list[Seed] | None = Field(
         [0],
         min_length=1,
         description="training seeds of PPO's runs (real, DreamGym, S2R), a subset of "

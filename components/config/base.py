@@ -63,3 +63,5 @@ Bf16 = Annotated[
 UseLoRA = Annotated[bool, Field(description="train LoRA adapters (merged before saving)")]
 LoRARank = Annotated[int, Field(ge=1)]
 LoRAAlpha = Annotated[int, Field(ge=1)]
+# numpy's generators refuse a negative seed, deep inside a stage: refuse it in the config
+Seed = Annotated[int, Field(ge=0)]

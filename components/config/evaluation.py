@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from components.config.base import _Section
+from components.config.base import Seed, _Section
 
 
 class JudgeConfig(_Section):
@@ -16,7 +16,7 @@ class JudgeConfig(_Section):
         "grounded", description="grounded: replay in the real simulator (offline); openai: LLM"
     )
     n_trajectories: int = Field(100, ge=1, description="seeded sample judged per variant")
-    seed: int = Field(0, description="sampling seed")
+    seed: Seed = Field(0, description="sampling seed")
     consistency_f1_high: float = Field(
         0.9, gt=0, le=1, description="grounded: next-state token F1 scored 2 (reward right)"
     )
@@ -81,7 +81,7 @@ class DriftConfig(_Section):
     num_method: str | None = Field(None, description="Evidently stat test, numeric (None: auto)")
     cat_method: str | None = Field(None, description="Evidently stat test, categorical")
     threshold: float | None = Field(None, gt=0, description="stat-test threshold (None: default)")
-    seed: int = Field(0, description="subsampling seed")
+    seed: Seed = Field(0, description="subsampling seed")
     workers: int = Field(
         2, ge=1, description="processes running the per-iteration Evidently reports (same results)"
     )
@@ -132,7 +132,7 @@ class PolicyFidelityConfig(_Section):
         20, ge=1, description="train games of each task family (a seeded sample)"
     )
     passes: int = Field(3, ge=1, description="sampled episodes per game and side")
-    seed: int = Field(0, description="game sample and decoding seed")
+    seed: Seed = Field(0, description="game sample and decoding seed")
 
     @model_validator(mode="after")
     def _known_methods(self) -> PolicyFidelityConfig:

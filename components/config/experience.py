@@ -16,6 +16,7 @@ from components.config.base import (
     LoRARank,
     OptimizerSteps,
     SaveSteps,
+    Seed,
     TrainMinutes,
     UseLoRA,
     WarmupRatio,
@@ -92,7 +93,7 @@ class ExperienceConfig(_Section):
         20, ge=0, description="validation episodes rolled out open-loop by the full model"
     )
     open_loop_horizon: int = Field(5, ge=1, description="depth of the open-loop rollouts")
-    seed: int = Field(0, description="data subset, init and training seed")
+    seed: Seed = Field(0, description="data subset, init and training seed")
 
 
 class SyntheticEnvConfig(_Section):
@@ -108,7 +109,7 @@ class SyntheticEnvConfig(_Section):
     )
     max_new_tokens: int = Field(224, ge=8, description="generation cap per answer")
     gen_batch_size: int = Field(32, ge=1, description="prompts per forward batch")
-    seed: int = Field(0, description="sampling seed")
+    seed: Seed = Field(0, description="sampling seed")
 
 
 SERVING_BACKENDS = ("local", "openai")
@@ -174,7 +175,7 @@ class CurriculumConfig(_Section):
     task_max_new_tokens: int = Field(96, ge=8, description="generation cap per task/state")
     n_clusters: int = Field(8, ge=1, description="PPO: k-means clusters of task embeddings")
     variance_bins: int = Field(5, ge=1, description="bins of the logged variance histogram")
-    seed: int = Field(0, description="selection, sampling and k-means seed")
+    seed: Seed = Field(0, description="selection, sampling and k-means seed")
     generated_order: Literal["newest", "frontier"] = Field(
         "newest",
         description="which generated tasks fill the generated share of a batch: newest = "

@@ -10,7 +10,7 @@ import yaml
 from pydantic import Field, ValidationError, model_validator
 
 from components.config.agent import AgentConfig, RLConfig
-from components.config.base import _Section
+from components.config.base import Seed, _Section
 from components.config.data import (
     ENV_NAMES,
     BufferConfig,
@@ -49,7 +49,7 @@ class Config(_Section):
     """The whole validated configuration of one profile."""
 
     profile: Literal["ci", "cpu", "gpu"]
-    seed: int = 0
+    seed: Seed = 0
     ablation: AblationConfig = AblationConfig()
     env: EnvConfig = EnvConfig()
     tasks: TasksConfig

@@ -30,7 +30,13 @@ from typing import Any
 from pydantic import ValidationError
 
 from components.config import IngestConfig
-from components.data.validation import LINE_EPISODE, LINE_ID, ROW_ID, validate_transitions
+from components.data.validation import (
+    LINE_EPISODE,
+    LINE_ID,
+    REQUIRED,
+    ROW_ID,
+    validate_transitions,
+)
 from components.io import InputError, atomic_outputs, remove_stale_temps
 from components.schema import Task, Trajectory
 
@@ -161,23 +167,7 @@ def _flatten(candidates: list[_Candidate]) -> Any:
             row = {k: step.get(k) for k in step if k not in ("provenance", "admissible_actions")}
             row.update({ROW_ID: len(rows), LINE_ID: line_id, LINE_EPISODE: cand.obj["episode_id"]})
             rows.append(row)
-    columns = dict.fromkeys(
-        (
-            "id",
-            "task_id",
-            "env",
-            "episode_id",
-            "step_index",
-            "instruction",
-            "state",
-            "action",
-            "next_state",
-            "reward",
-            "done",
-            "valid_action",
-            "source",
-        )
-    )
+    columns = dict.fromkeys(REQUIRED)  # every required column, even if no row has it
     for row in rows:
         columns.update(dict.fromkeys(row))
     # column by column as Python objects: a frame built from the rows would make a numeric

@@ -32,8 +32,9 @@ from components.artifacts import (
     seed_dir,
 )
 from components.config import Config, Paths
+from components.io import atomic_outputs
 from components.schema import Trajectory, read_jsonl
-from components.stages.common import alias_tags, numbers, write_json
+from components.stages.common import alias_tags, json_text, numbers, write_json
 
 log = logging.getLogger("dreamgym")
 
@@ -404,13 +405,16 @@ def build_table1(cfg: Config, paths: Paths) -> dict[str, Any]:
         raise ValueError(f"{previous}: not valid JSON ({err}); fix or delete it") from err
     table = keep_other_envs(table, old, cfg.env.name)
     text = markdown(table)
-    write_json(paths.metrics / TABLE1_METRICS, table)
     # the one-screen part of Table 1 that `dvc metrics show` / `dvc exp show` print
-    headline = paths.metrics / HEADLINE_DIR / TABLE1_HEADLINE
-    headline.parent.mkdir(parents=True, exist_ok=True)
-    write_json(headline, table1_headline(table, paths.metrics / AGENT_DIR, cfg.env.name))
+    headline = table1_headline(table, paths.metrics / AGENT_DIR, cfg.env.name)
     md_path = paths.metrics / TABLE1_MARKDOWN
-    md_path.write_text(text, encoding="utf-8")
+    # the three files replace the old ones together: a kill never leaves them disagreeing
+    with atomic_outputs() as temp:
+        temp(paths.metrics / TABLE1_METRICS).write_text(json_text(table), encoding="utf-8")
+        temp(paths.metrics / HEADLINE_DIR / TABLE1_HEADLINE).write_text(
+            json_text(headline), encoding="utf-8"
+        )
+        temp(md_path).write_text(text, encoding="utf-8")
     with stage_run("table1", "agent", cfg, (), paths.root) as run:
         for env, rows in table.items():
             if not env.startswith("_"):

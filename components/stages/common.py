@@ -10,9 +10,14 @@ from typing import Any
 from components.io import atomic_write_text
 
 
+def json_text(data: Any) -> str:
+    """A metrics/report JSON file's text (sorted keys, trailing newline)."""
+    return json.dumps(data, indent=2, sort_keys=True) + "\n"
+
+
 def write_json(path: Path, data: Any) -> None:
     """Write a metrics/report JSON file atomically (sorted keys, trailing newline)."""
-    atomic_write_text(path, json.dumps(data, indent=2, sort_keys=True) + "\n")
+    atomic_write_text(path, json_text(data))
 
 
 def numbers(stats: dict[str, Any]) -> dict[str, Any]:

@@ -4,6 +4,7 @@ One evaluated method is enough to build it, and the other envs' rows stay."""
 
 from __future__ import annotations
 
+import errno
 import json
 from pathlib import Path
 
@@ -64,3 +65,27 @@ def test_one_evaluated_method_builds_table1_and_keeps_the_other_envs(tmp_path: P
     assert table["scienceworld"] == OTHER_ENV["scienceworld"]
     assert table["_provenance_by_env"]["scienceworld"] == OTHER_ENV["_provenance"]
     assert "### scienceworld" in (tmp_path / "metrics" / "table1.md").read_text()
+
+
+def test_table1_replaces_its_three_files_together_or_none(tmp_path: Path, monkeypatch):
+    before = _project(tmp_path)
+    (tmp_path / "data" / "eval").mkdir(parents=True)
+    row = {"method": "random", "mode": "sampled", "seed": 0, "pass": 0, "task_id": "g0"}
+    (tmp_path / "data" / "eval" / "random.jsonl").write_text(json.dumps({**row, "success": 1}))
+    write_text = Path.write_text
+
+    def disk_full_on_the_markdown(self: Path, *args, **kwargs):
+        if "table1.md" in self.name:  # the file or its temporary
+            raise OSError(errno.ENOSPC, "No space left on device", str(self))
+        return write_text(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "write_text", disk_full_on_the_markdown)
+    r = CliRunner().invoke(app, ["table1", *COMMON, "--root", str(tmp_path)])
+    assert r.exit_code == 1 and "No space left on device" in r.output
+    after = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
+    assert after == {
+        **before,
+        tmp_path / "data" / "eval" / "random.jsonl": after[
+            tmp_path / "data" / "eval" / "random.jsonl"
+        ],
+    }  # the JSON files, written before the markdown, are the committed ones still

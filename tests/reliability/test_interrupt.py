@@ -226,3 +226,29 @@ def test_ctrl_c_during_parallel_stage_jobs_exits_130_without_waiting(script: Pat
     said = [line for line in text.splitlines() if line.startswith("interrupted:")]
     assert said == ["interrupted: 0 of 4 jobs finished"], text
     assert len(list(flags.iterdir())) == 2  # the jobs not started never ran
+
+
+def test_ctrl_c_outside_a_pool_says_so_in_one_line(capsys):
+    # typer turns it into a silent exit 130: the user could not tell it from a crash
+    from components.cli_process import InterruptingTyper
+    from components.pool import interrupted
+
+    app = InterruptingTyper()
+
+    @app.command()
+    def stage(pool: bool = False) -> None:
+        if pool:  # a pool's interrupt prints its own line: never a second one
+            raise interrupted("1 of 2 jobs finished")
+        raise KeyboardInterrupt
+
+    @app.command()
+    def other() -> None: ...
+
+    for args, line in (
+        (["stage"], "interrupted: stopped by Ctrl-C; finished outputs are kept, rerun to resume"),
+        (["stage", "--pool"], "interrupted: 1 of 2 jobs finished"),
+    ):
+        with pytest.raises(SystemExit) as end:
+            app(args, prog_name="dreamgym")
+        assert end.value.code == 130
+        assert capsys.readouterr().err.splitlines() == [line]
