@@ -17,6 +17,7 @@ from components.data.collect import collect, plan_episodes
 from components.schema import Trajectory, Transition, read_jsonl
 from tests.factories import make_trajectory
 from tests.integration.textworld_suite import Suite
+from tests.procs import alive, children
 
 pytestmark = pytest.mark.integration
 
@@ -110,26 +111,6 @@ collect(cfg, load_task_suite(root / "data" / "tasks"), Path(sys.argv[3]), root, 
 """
 
 
-def _children(pid: int) -> list[int]:
-    kids = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[1]) == pid:
-            kids.append(int(stat.parent.name))
-    return kids
-
-
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
-
-
 def _kill_after_first_episode(cfg: Config, root: Path, out: Path) -> None:
     cfg_file = root / "cfg_kill.json"
     cfg_file.write_text(cfg.model_dump_json())
@@ -142,14 +123,14 @@ def _kill_after_first_episode(cfg: Config, root: Path, out: Path) -> None:
             break
         time.sleep(0.01)
     assert proc.poll() is None, "collection finished before it could be interrupted"
-    workers = _children(proc.pid)
+    workers = children(proc.pid)
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
     # orphaned pool workers notice and exit instead of writing on behind a resumed run
     deadline = time.monotonic() + 10
-    while any(_alive(w) for w in workers) and time.monotonic() < deadline:
+    while any(alive(w) for w in workers) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert not any(_alive(w) for w in workers)
+    assert not any(alive(w) for w in workers)
 
 
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs /proc")

@@ -190,3 +190,27 @@ def last_json(text: str) -> dict[str, Any]:
     start = text.rfind("\n{\n") + 1 if "\n{\n" in text else text.index("{\n")
     obj, _ = json.JSONDecoder().raw_decode(text[start:])
     return obj
+
+
+class NoTracking:
+    """Stands in for the MLflow run of a stage (``stage_run``): for tests about files and
+    errors, where a project's first MLflow database would cost seconds."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+    def __enter__(self) -> NoTracking:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        return None
+
+    def __getattr__(self, name: str) -> Any:
+        return lambda *args, **kwargs: None
+
+
+def without_tracking(monkeypatch: Any) -> None:
+    """Run the stages with ``NoTracking`` (``monkeypatch``: pytest's fixture)."""
+    import components.tracking
+
+    monkeypatch.setattr(components.tracking, "stage_run", NoTracking)

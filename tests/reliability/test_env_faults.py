@@ -22,6 +22,7 @@ from components.envs.base import EnvError
 from components.envs.textworld_env import TextWorldEnv, story_file_problem
 from components.schema import Trajectory, read_jsonl
 from tests.integration.textworld_suite import Suite
+from tests.procs import children
 from tests.reliability.project import (
     child_env,
     kill9,
@@ -71,20 +72,6 @@ print("SUMMARY " + json.dumps(summary))
 """
 
 
-def _children(pid: int) -> list[int]:
-    kids = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-            cmdline = (stat.parent / "cmdline").read_bytes()
-        except OSError:
-            continue
-        # pool workers only, not multiprocessing's resource tracker
-        if int(fields[1]) == pid and b"spawn_main" in cmdline:
-            kids.append(int(stat.parent.name))
-    return kids
-
-
 @pytest.mark.slow
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs /proc")
 def test_killed_collection_worker_is_restarted_and_nothing_is_lost(
@@ -101,12 +88,12 @@ def test_killed_collection_worker_is_restarted_and_nothing_is_lost(
         wait_until(
             lambda: (
                 any(p.read_bytes().count(b"\n") for p in out.glob("*.jsonl"))
-                and bool(_children(proc.pid))
+                and bool(children(proc.pid, pool_workers_only=True))
             ),
             proc,
             what="a first episode and live workers",
         )
-        victim = _children(proc.pid)[0]
+        victim = children(proc.pid, pool_workers_only=True)[0]
         os.kill(victim, signal.SIGKILL)  # the process hosting a game engine dies
         assert proc.wait(timeout=180) == 0, log.read_text()[-3000:]
     finally:

@@ -46,6 +46,7 @@ from tests.reliability.project import (
     python_argv,
     spawn,
     wait_until,
+    without_tracking,
     write_params,
 )
 
@@ -210,28 +211,10 @@ def test_f5_interrupted_first_build_is_rebuilt_with_a_message(
     assert any((buffer_dir / "transitions.lance" / "data").iterdir())
 
 
-class _NoTracking:
-    """Stands in for the MLflow run of a stage: these tests are about files and errors."""
-
-    def __init__(self, *args, **kwargs) -> None:
-        pass
-
-    def __enter__(self) -> _NoTracking:
-        return self
-
-    def __exit__(self, *exc) -> None:
-        return None
-
-    def __getattr__(self, name: str):
-        return lambda *args, **kwargs: None
-
-
 @pytest.fixture
 def no_tracking(monkeypatch):
     """The stages run without MLflow (its first database costs seconds per project)."""
-    import components.tracking
-
-    monkeypatch.setattr(components.tracking, "stage_run", _NoTracking)
+    without_tracking(monkeypatch)
 
 
 FS_ERRORS = [

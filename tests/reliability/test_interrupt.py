@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.procs import alive, children
 from tests.reliability.project import ROOT, child_env
 
 pytestmark = pytest.mark.timeout(240)
@@ -106,28 +107,6 @@ def _start(script: Path, mode: str, out: Path, log: Path) -> subprocess.Popen[by
         )
 
 
-def _workers(pid: int) -> list[int]:
-    """The pool workers of ``pid`` (its spawned children, not the resource tracker)."""
-    kids = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-            spawned = b"spawn_main" in (stat.parent / "cmdline").read_bytes()
-        except OSError:
-            continue
-        if int(fields[1]) == pid and spawned:
-            kids.append(int(stat.parent.name))
-    return kids
-
-
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
-
-
 def _wait_for(predicate, proc: subprocess.Popen[bytes], what: str, timeout: float = 120) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -140,7 +119,7 @@ def _wait_for(predicate, proc: subprocess.Popen[bytes], what: str, timeout: floa
 
 def _interrupt(proc: subprocess.Popen[bytes]) -> tuple[float, list[int]]:
     """Ctrl-C the child's process group; (seconds until it exited, its workers)."""
-    workers = _workers(proc.pid)
+    workers = children(proc.pid, pool_workers_only=True)
     os.killpg(proc.pid, signal.SIGINT)  # the group of the child we started, nothing else
     start = time.monotonic()
     try:
@@ -151,9 +130,9 @@ def _interrupt(proc: subprocess.Popen[bytes]) -> tuple[float, list[int]]:
         raise AssertionError("the interrupted process hung (killed after 60 s)") from None
     waited = time.monotonic() - start
     deadline = time.monotonic() + 10
-    while any(_alive(w) for w in workers) and time.monotonic() < deadline:
+    while any(alive(w) for w in workers) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert not [w for w in workers if _alive(w)], "a pool worker outlived the interrupt"
+    assert not [w for w in workers if alive(w)], "a pool worker outlived the interrupt"
     return waited, workers
 
 
@@ -202,7 +181,8 @@ def test_ctrl_c_while_the_collect_workers_start_up_is_clean(script: Path, tmp_pa
     # or survive with a half-imported module): they ignore SIGINT from their first moment
     out, log = tmp_path / "raw", tmp_path / "collect.log"
     proc = _start(script, "collect", out, log)
-    _wait_for(lambda: len(_workers(proc.pid)) >= 2, proc, "the pool workers to spawn")
+    workers = lambda: children(proc.pid, pool_workers_only=True)  # noqa: E731
+    _wait_for(lambda: len(workers()) >= 2, proc, "the pool workers to spawn")
     waited, _ = _interrupt(proc)
     text = log.read_text()
     assert proc.returncode == 130, text

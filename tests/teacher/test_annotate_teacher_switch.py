@@ -17,6 +17,7 @@ from tests.reliability.project import (
     make_project,
     make_trajectories,
     openai_teacher,
+    without_tracking,
     write_params,
 )
 
@@ -26,26 +27,10 @@ annotate_mod = import_module(
 )  # the package re-exports a function of that name
 
 
-class _NoTracking:
-    def __init__(self, *args, **kwargs) -> None:
-        pass
-
-    def __enter__(self) -> _NoTracking:
-        return self
-
-    def __exit__(self, *exc) -> None:
-        return None
-
-    def __getattr__(self, name: str):
-        return lambda *args, **kwargs: None
-
-
 @pytest.fixture
 def project(tmp_path: Path, monkeypatch):
     """A project annotated once by the grounded teacher: (root, paths, annotation bytes)."""
-    import components.tracking
-
-    monkeypatch.setattr(components.tracking, "stage_run", _NoTracking)
+    without_tracking(monkeypatch)
     monkeypatch.setenv(KEY_ENV, "the-right-key")
     cfg, paths = make_project(tmp_path)
     write_jsonl(paths.trajectories_file, make_trajectories(6, steps=3))
