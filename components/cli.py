@@ -26,14 +26,14 @@ from components.cli_process import (  # noqa: F401  (EXIT_* and offline_and_quie
     EXIT_BUSY,
     EXIT_CONFIG,
     EXIT_ERROR,
-    InterruptingTyper,
+    DreamgymTyper,
     _errors,
     offline_and_quiet,
 )
 from components.cli_serve import serve
 from components.config import PARAMS_FILE, Config, Paths, load_config
 
-app = InterruptingTyper(
+app = DreamgymTyper(
     name="dreamgym",
     help=(
         "Train LLM agents with RL in a synthetic environment (DreamGym). Each command is "

@@ -6,6 +6,7 @@ and keeps its traceback). Used by components/cli.py, the server and bench tools.
 from __future__ import annotations
 
 import errno
+import inspect
 import json
 import logging
 import os
@@ -140,9 +141,9 @@ def _errors() -> Iterator[None]:
         raise typer.Exit(code) from None
 
 
-class InterruptingTyper(typer.Typer):
-    """A Typer app whose Ctrl-C ends with one line: typer turns a KeyboardInterrupt
-    outside the worker pools (which print their own) into a silent exit 130."""
+class DreamgymTyper(typer.Typer):
+    """The Typer app of ``dreamgym``: a Ctrl-C ends with one line, and each command's
+    summary in ``--help`` is its docstring's first paragraph on one line."""
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         from components.pool import EXIT_INTERRUPTED, Interrupted
@@ -150,12 +151,25 @@ class InterruptingTyper(typer.Typer):
         try:
             return super().__call__(*args, **kwargs)
         except SystemExit as end:
+            # typer turns a KeyboardInterrupt outside the worker pools (which print their
+            # own line) into a silent exit 130, which reads like a crash
             if end.code == EXIT_INTERRUPTED and not isinstance(end, Interrupted):
                 typer.echo(
                     "interrupted: stopped by Ctrl-C; finished outputs are kept, rerun to resume",
                     err=True,
                 )
             raise
+
+    def command(self, name: str | None = None, **kwargs: Any) -> Any:
+        """``Typer.command``, with the summary typer's rich help would break at each newline."""
+        parent = super()
+
+        def register(function: Any) -> Any:
+            first = inspect.cleandoc(function.__doc__ or "").split("\n\n")[0]
+            summary = kwargs.pop("short_help", None) or " ".join(first.split()) or None
+            return parent.command(name, short_help=summary, **kwargs)(function)
+
+        return register
 
 
 def _quiet_libraries(level: str) -> None:

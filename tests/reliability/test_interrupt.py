@@ -210,10 +210,10 @@ def test_ctrl_c_during_parallel_stage_jobs_exits_130_without_waiting(script: Pat
 
 def test_ctrl_c_outside_a_pool_says_so_in_one_line(capsys):
     # typer turns it into a silent exit 130: the user could not tell it from a crash
-    from components.cli_process import InterruptingTyper
+    from components.cli_process import DreamgymTyper
     from components.pool import interrupted
 
-    app = InterruptingTyper()
+    app = DreamgymTyper()
 
     @app.command()
     def stage(pool: bool = False) -> None:

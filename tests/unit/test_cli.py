@@ -41,6 +41,20 @@ def test_every_dvc_stage_has_a_cli_command():
         assert command in help_text
 
 
+def test_each_command_summary_in_help_is_its_first_paragraph_on_one_line():
+    # typer's rich help kept the docstring's line breaks: summaries broke mid-sentence
+    import inspect
+
+    import typer
+
+    from components.cli import app
+
+    for name, command in typer.main.get_command(app).commands.items():
+        first = inspect.cleandoc(command.callback.__doc__ or "").split("\n\n")[0]
+        assert command.short_help == " ".join(first.split()), name
+        assert "\n" not in command.short_help, name
+
+
 def test_bad_params_exit_with_a_clear_message(tmp_path: Path):
     bad = tmp_path / "params.yaml"
     bad.write_text("profile: cpu\ncollect: {foo: 1}\n")
