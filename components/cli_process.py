@@ -141,9 +141,44 @@ def _errors() -> Iterator[None]:
         raise typer.Exit(code) from None
 
 
+def _flags_take_no_value(command: Any) -> None:
+    """Show no value type after a flag in help (typer 0.29's rich help writes ``<bool>``,
+    as if ``--fresh`` took a value)."""
+    for param in command.params:
+        if getattr(param, "is_flag", False) and param.metavar is None:
+            param.metavar = ""
+
+
+class _Command(typer.core.TyperCommand):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        _flags_take_no_value(self)
+
+    def get_help_option(self, ctx: Any) -> Any:
+        option = super().get_help_option(ctx)
+        if option is not None and option.metavar is None:
+            option.metavar = ""
+        return option
+
+
+class _Group(typer.core.TyperGroup):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        _flags_take_no_value(self)
+
+    def get_help_option(self, ctx: Any) -> Any:
+        option = super().get_help_option(ctx)
+        if option is not None and option.metavar is None:
+            option.metavar = ""
+        return option
+
+
 class DreamgymTyper(typer.Typer):
     """The Typer app of ``dreamgym``: a Ctrl-C ends with one line, and each command's
     summary in ``--help`` is its docstring's first paragraph on one line."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(cls=kwargs.pop("cls", _Group), **kwargs)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         from components.pool import EXIT_INTERRUPTED, Interrupted
@@ -167,6 +202,7 @@ class DreamgymTyper(typer.Typer):
         def register(function: Any) -> Any:
             first = inspect.cleandoc(function.__doc__ or "").split("\n\n")[0]
             summary = kwargs.pop("short_help", None) or " ".join(first.split()) or None
+            kwargs.setdefault("cls", _Command)
             return parent.command(name, short_help=summary, **kwargs)(function)
 
         return register

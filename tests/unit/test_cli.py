@@ -55,6 +55,21 @@ def test_each_command_summary_in_help_is_its_first_paragraph_on_one_line():
         assert "\n" not in command.short_help, name
 
 
+def test_help_shows_no_value_type_after_a_flag():
+    # typer 0.29 wrote `--fresh <bool>`: users then typed `--fresh true` and got an error
+    import typer
+    from typer.testing import CliRunner
+
+    from components.cli import app
+
+    runner = CliRunner()
+    assert "<bool>" not in runner.invoke(app, ["--help"]).output
+    for name in typer.main.get_command(app).commands:
+        out = runner.invoke(app, [name, "--help"], env={"COLUMNS": "200"}).output
+        assert "--help" in out and "<bool>" not in out, name
+    assert "<path>" in runner.invoke(app, ["annotate", "--help"]).output  # values keep theirs
+
+
 def test_bad_params_exit_with_a_clear_message(tmp_path: Path):
     bad = tmp_path / "params.yaml"
     bad.write_text("profile: cpu\ncollect: {foo: 1}\n")
