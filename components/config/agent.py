@@ -170,7 +170,7 @@ class AgentConfig(_Section):
 class RLAlgoConfig(_Section):
     """Settings shared by multi-turn GRPO and PPO (components/agent/rl.py)."""
 
-    iterations: int = Field(24, ge=0, description="rollout + update rounds in total (resumable)")
+    iterations: int = Field(24, ge=1, description="rollout + update rounds in total (resumable)")
     tasks_per_iteration: int = Field(32, ge=1, description="distinct tasks per round")
     rollouts_per_task: int = Field(4, ge=1, description="episodes per task per round (GRPO: n)")
     learning_rate: float = Field(3e-4, gt=0, description="AdamW learning rate of the policy")
@@ -255,7 +255,7 @@ class GRPOConfig(RLAlgoConfig):
 class PPOConfig(RLAlgoConfig):
     """Multi-turn PPO: value head, GAE over turns (components/agent/ppo.py)."""
 
-    iterations: int = Field(20, ge=0, description="rollout + update rounds in total (resumable)")
+    iterations: int = Field(20, ge=1, description="rollout + update rounds in total (resumable)")
     tasks_per_iteration: int = Field(128, ge=1, description="distinct tasks per round")
     rollouts_per_task: int = Field(1, ge=1, description="episodes per task per round")
     epochs: int = Field(2, ge=1, description="passes over each rollout batch")

@@ -102,10 +102,13 @@ def test_a_bool_is_not_read_as_a_number(tmp_path: Path):
         load_config(path)
 
 
-def test_a_negative_seed_is_refused_where_it_is_written(tmp_path: Path):
+def test_a_negative_seed_or_zero_rl_rounds_is_refused_where_it_is_written(tmp_path: Path):
     # numpy's generators raise on one, deep inside a stage, after the earlier stages ran
     path = _write(tmp_path, lambda r: r.update(seed=-1))
     with pytest.raises(ConfigError, match=r"seed: Input should be greater than or equal to 0"):
+        load_config(path)
+    path = _write(tmp_path, lambda r: r["rl"]["grpo"].update(iterations=0))  # no update ever
+    with pytest.raises(ConfigError, match=r"rl\.grpo\.iterations: .*greater than or equal to 1"):
         load_config(path)
     path = _write(tmp_path, lambda r: r["agent"].update(seeds=[0, -2]))
     with pytest.raises(ConfigError, match=r"agent\.seeds\.1: .*greater than or equal to 0"):
