@@ -70,6 +70,35 @@ def test_help_shows_no_value_type_after_a_flag():
     assert "<path>" in runner.invoke(app, ["annotate", "--help"]).output  # values keep theirs
 
 
+def test_every_command_and_option_the_docs_name_exists():
+    # a newcomer follows the README literally: a renamed command or flag must fail here
+    import re
+
+    import typer
+
+    from components.cli import app
+
+    commands = typer.main.get_command(app).commands
+    docs = [ROOT / "README.md", ROOT / "Makefile", ROOT / "dvc.yaml", *(ROOT / "docs").glob("*.md")]
+    named = re.compile(
+        r"dreamgym ([a-z][a-z0-9-]+)((?: +(?:--?[a-z][a-z0-9-]*|[\w./=<>{}:,@-]+))*)"
+    )
+    wrong, seen = [], 0
+    for doc in docs:
+        for n, line in enumerate(doc.read_text(encoding="utf-8").splitlines(), 1):
+            for found in named.finditer(line):
+                seen += 1
+                command, rest = commands.get(found.group(1)), found.group(2)
+                if command is None:
+                    wrong.append(f"{doc.name}:{n}: no command {found.group(1)}")
+                    continue
+                opts = {"--help"}.union(*(p.opts + p.secondary_opts for p in command.params))
+                for opt in re.findall(r"(?<![\w-])(--[a-z][a-z0-9-]*)", rest):
+                    if opt not in opts:
+                        wrong.append(f"{doc.name}:{n}: {found.group(1)} has no {opt}")
+    assert seen > 50 and not wrong, wrong
+
+
 def test_bad_params_exit_with_a_clear_message(tmp_path: Path):
     bad = tmp_path / "params.yaml"
     bad.write_text("profile: cpu\ncollect: {foo: 1}\n")
