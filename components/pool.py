@@ -1,15 +1,18 @@
 """Spawned process pools that stop at once on Ctrl-C (SIGINT).
 
-Only the parent handles SIGINT: its workers ignore it, from their first instruction (the
-parent ignores SIGINT while it spawns them, and a process inherits that) to their last
-(the pool initializer ignores it). A worker hit by the interrupt could otherwise die
+Only the parent handles SIGINT: its workers never act on it, from their first instruction
+(the parent blocks SIGINT while it spawns them, and a process inherits its mask) to their
+last (the pool initializer ignores it). A worker hit by the interrupt could otherwise die
 in its start-up, or catch it in a job's import, keep the half-imported module and fail
 every later job, or sit idle while the parent waits for it forever.
 
 On an interrupt (or any other error) in the block of ``interruptible_pool`` the parent
 cancels the work not started, terminates the workers and waits a few seconds at most for
-them; it never waits for their jobs to finish. ``Interrupted`` then ends the command with
-exit code 130 (128 + SIGINT, what shells report for Ctrl-C) and no traceback.
+them; it never waits for their jobs to finish. A worker's SIGTERM unwinds the job it
+runs, so the job's ``finally`` blocks still close what it opened (a MiniWoB++ env's
+chromedriver and Chromium, which ignore SIGINT like the worker that started them), then
+the worker exits. ``Interrupted`` then ends the command with exit code 130 (128 + SIGINT,
+what shells report for Ctrl-C) and no traceback.
 """
 
 from __future__ import annotations
@@ -52,38 +55,74 @@ def ignore_sigint() -> None:
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})  # if spawned with it blocked
 
 
+class _Terminated(BaseException):
+    """SIGTERM in a worker's job: unwinds it (not an ``Exception``: no job handler eats it)."""
+
+
+# in a worker process: how many jobs are on its stack (a SIGTERM between jobs just exits)
+_running_jobs = 0
+
+
+def _on_sigterm(signum: int, frame: Any) -> None:
+    if _running_jobs:
+        # once: the pool sends another SIGTERM when a sibling worker exits, which would
+        # cut this job's cleanup short (the parent's SIGKILL still bounds it)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        raise _Terminated
+    os._exit(128 + signum)
+
+
+def _job(fn: Callable[..., Any], *args: Any) -> Any:
+    """One job in a worker: a SIGTERM unwinds it (its cleanup runs), then the worker exits."""
+    global _running_jobs
+    _running_jobs += 1
+    try:
+        return fn(*args)
+    except _Terminated:
+        os._exit(128 + signal.SIGTERM)
+    finally:
+        _running_jobs -= 1
+
+
 def init_worker(parent_pid: int) -> None:
-    """Pool initializer: ignore SIGINT; exit as soon as the parent dies (kill -9)."""
+    """Pool initializer: ignore SIGINT, unwind the job on SIGTERM; exit as soon as the
+    parent dies (kill -9)."""
     from components.envs.textworld_tasks import exit_with_parent
 
     ignore_sigint()
+    signal.signal(signal.SIGTERM, _on_sigterm)
     exit_with_parent(parent_pid)
 
 
 @contextmanager
 def _spawning() -> Iterator[None]:
-    """Processes spawned in this block start with SIGINT ignored (a disposition that
-    survives exec, and Python keeps it), so an interrupt during their start-up cannot
-    kill them half-way. An interrupt meanwhile stays pending (blocked, Linux keeps it)
-    and reaches this process as KeyboardInterrupt when the block ends."""
+    """Processes spawned in this block start with SIGINT blocked (a signal mask survives
+    exec), so an interrupt during their start-up stays pending until ``ignore_sigint``
+    discards it: it cannot kill them half-way. An interrupt meanwhile is kept and raised
+    here as KeyboardInterrupt when the block ends, whichever thread the kernel gave it to
+    (ignoring SIGINT instead, as before, lost it when another thread took it)."""
     if threading.current_thread() is not threading.main_thread():
         yield  # only the main thread may set handlers (and only it gets KeyboardInterrupt)
         return
+    caught: list[int] = []
     old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
-    old = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    old = signal.signal(signal.SIGINT, lambda signum, frame: caught.append(signum))
     try:
         yield
     finally:
         signal.signal(signal.SIGINT, signal.default_int_handler if old is None else old)
-        signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)
+        signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)  # a pending one is raised now
+    if caught:
+        raise KeyboardInterrupt
 
 
 def submit_all(
     pool: ProcessPoolExecutor, fn: Callable[..., Any], jobs: Iterable[tuple[Any, ...]]
 ) -> list[Future[Any]]:
-    """``[pool.submit(fn, *job) for job in jobs]``; the workers these start ignore SIGINT."""
+    """``[pool.submit(fn, *job) for job in jobs]``; the workers these start ignore SIGINT
+    and, stopped, let the job clean up (``_job``)."""
     with _spawning():  # the pool spawns its workers as work is submitted
-        return [pool.submit(fn, *job) for job in jobs]
+        return [pool.submit(_job, fn, *job) for job in jobs]
 
 
 def stop_pool(pool: ProcessPoolExecutor, wait_s: float = TERMINATE_WAIT_S) -> None:

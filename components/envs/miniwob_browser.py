@@ -12,6 +12,7 @@ import os
 import shutil
 import signal
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -46,7 +47,8 @@ def start_chromium(chrome_binary: str, chromedriver: str, timeout_s: float) -> t
             raise EnvError(
                 f"{path} not found: install chromium + chromium-driver (make system-deps)"
             )
-    profile_dir = tempfile.mkdtemp(prefix="dreamgym-miniwob-")
+    sweep_stale_profiles()  # a kill -9 leaves its browser's profile behind
+    profile_dir = tempfile.mkdtemp(prefix=PROFILE_PREFIX)
     options = webdriver.ChromeOptions()
     for flag in CHROME_FLAGS:
         options.add_argument(flag)
@@ -62,9 +64,14 @@ def start_chromium(chrome_binary: str, chromedriver: str, timeout_s: float) -> t
     return driver, profile_dir
 
 
-def kill_profile_processes(profile_dir: str) -> None:
-    """Kill the chromedriver and the Chromium processes of this profile dir, remove it."""
-    marker = profile_dir.encode()
+PROFILE_PREFIX = "dreamgym-miniwob-"
+STALE_PROFILE_S = 3600.0  # a profile dir this old with no process naming it was leaked
+KILL_WAIT_S = 2.0
+
+
+def _pids_naming(marker: bytes) -> list[int]:
+    """The live processes whose command line holds ``marker``."""
+    pids = []
     for proc in Path("/proc").iterdir():
         if not proc.name.isdigit():
             continue
@@ -73,9 +80,47 @@ def kill_profile_processes(profile_dir: str) -> None:
         except OSError:
             continue
         if marker in cmdline:
-            with contextlib.suppress(OSError):
-                os.kill(int(proc.name), signal.SIGKILL)
+            pids.append(int(proc.name))
+    return pids
+
+
+def _running(pid: int) -> bool:
+    """Whether ``pid`` still runs (a zombie has stopped: it writes nothing more)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+
+
+def kill_profile_processes(profile_dir: str) -> None:
+    """Kill the chromedriver and the Chromium processes of this profile dir, remove it."""
+    pids = _pids_naming(profile_dir.encode())
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
+    # a Chromium still shutting down writes into its profile: removing the dir before
+    # they are gone left a half-removed one behind (one per Ctrl-C'd browser)
+    deadline = time.monotonic() + KILL_WAIT_S
+    while any(_running(pid) for pid in pids) and time.monotonic() < deadline:
+        time.sleep(0.02)
     shutil.rmtree(profile_dir, ignore_errors=True)
+
+
+def sweep_stale_profiles(root: str | None = None, max_age_s: float = STALE_PROFILE_S) -> int:
+    """Remove profile dirs that a killed run left (older than ``max_age_s``, no process
+    names them); returns how many."""
+    removed = 0
+    now = time.time()
+    for folder in Path(root or tempfile.gettempdir()).glob(PROFILE_PREFIX + "*"):
+        try:
+            old = now - folder.stat().st_mtime > max_age_s
+        except OSError:
+            continue
+        if old and folder.is_dir() and not _pids_naming(str(folder).encode()):
+            shutil.rmtree(folder, ignore_errors=True)
+            removed += 1
+    return removed
 
 
 def quit_driver(driver: Any) -> None:

@@ -67,7 +67,11 @@ envs.ENV_FACTORIES["textworld"] = lambda cfg, root, expert, shared: SlowEnv()
 
 def slow_job(flag_dir, i):
     Path(flag_dir, f"started-{i}").touch()
-    time.sleep(120)
+    try:
+        time.sleep(120)
+    finally:  # what an env's close does (a browser, a JVM): it must run when stopped,
+        time.sleep(0.2 + 0.8 * i)  # even when a sibling exits meanwhile (the pool's SIGTERM)
+        Path(flag_dir, f"cleaned-{i}").touch()
     return i
 
 
@@ -197,7 +201,8 @@ def test_ctrl_c_during_parallel_stage_jobs_exits_130_without_waiting(script: Pat
     flags.mkdir()
     proc = _start(script, "parallel", flags, log)
     # both workers are inside a 120 s job, two more jobs wait: nothing of it is waited for
-    _wait_for(lambda: len(list(flags.iterdir())) >= 2, proc, "two jobs to start")
+    started = lambda: [p for p in flags.iterdir() if p.name.startswith("started")]  # noqa: E731
+    _wait_for(lambda: len(started()) >= 2, proc, "two jobs to start")
     waited, workers = _interrupt(proc)
     text = log.read_text()
     assert proc.returncode == 130, text
@@ -205,7 +210,13 @@ def test_ctrl_c_during_parallel_stage_jobs_exits_130_without_waiting(script: Pat
     assert len(workers) >= 2 and "Traceback" not in text, text
     said = [line for line in text.splitlines() if line.startswith("interrupted:")]
     assert said == ["interrupted: 0 of 4 jobs finished"], text
-    assert len(list(flags.iterdir())) == 2  # the jobs not started never ran
+    # the jobs not started never ran; the two stopped ones ran their cleanup
+    assert sorted(p.name for p in flags.iterdir()) == [
+        "cleaned-0",
+        "cleaned-1",
+        "started-0",
+        "started-1",
+    ]
 
 
 def test_ctrl_c_outside_a_pool_says_so_in_one_line(capsys):
@@ -232,3 +243,24 @@ def test_ctrl_c_outside_a_pool_says_so_in_one_line(capsys):
             app(args, prog_name="dreamgym")
         assert end.value.code == 130
         assert capsys.readouterr().err.splitlines() == [line]
+
+
+def test_ctrl_c_while_workers_spawn_is_raised_when_spawning_ends_never_lost():
+    # another thread (the pool's manager, tqdm's monitor) may take the signal: ignoring
+    # SIGINT while spawning lost it there; it must reach the main thread after the block
+    import threading
+
+    from components.pool import _spawning
+
+    stop = threading.Event()
+    other = threading.Thread(target=stop.wait, daemon=True)
+    other.start()
+    reached_end = False
+    try:
+        with pytest.raises(KeyboardInterrupt), _spawning():
+            signal.pthread_kill(other.ident, signal.SIGINT)
+            time.sleep(0.2)
+            reached_end = True  # not raised inside: a half-submitted pool is worse
+    finally:
+        stop.set()
+    assert reached_end
