@@ -208,10 +208,14 @@ def _annotate(cfg: Config, paths: Paths, fresh: bool, wanted: tuple[str, str]) -
 
     out = paths.annotations_file
     work = out.with_name(out.stem + FRESH_SUFFIX)
-    producers = teachers(out)
+    old_rows = list(iter_annotations(out))
+    producers = {(str(r.get("backend")), str(r.get("model"))) for r in old_rows}
+    n_old = len({r.get("id") for r in old_rows})
     # A fresh start writes beside the old annotations and replaces them only when it ends:
     # a run that fails (a refused key, a crash, the budget) loses none of the old rows.
-    if fresh:
+    if fresh:  # discards an unfinished fresh run too: it would be resumed later
+        work.unlink(missing_ok=True)
+        failures_path_for(work).unlink(missing_ok=True)
         target, resume = (work if producers else out), False
     elif teachers(work) == {wanted}:
         # a fresh start by this teacher that stopped part way: its paid rows are resumed
@@ -233,14 +237,21 @@ def _annotate(cfg: Config, paths: Paths, fresh: bool, wanted: tuple[str, str]) -
                 _drop_if_empty(work, failures_path_for(work))
             raise
         run.log_metrics(stats)
-        if target == work and (stats["n_total_annotated"] or not trajectories):
+        # the new teacher's rows replace the old ones once they are all there, or at least
+        # as many: a few resumed rows must never replace a whole set (all else failing)
+        if target == work and (stats["complete"] or stats["n_total_annotated"] >= n_old):
             _replace_annotations(work, out)
             stats.update(out_path=str(out), failures_path=str(failures_path_for(out)))
-        elif target == work:  # every request failed: keep the old teacher's rows
+        elif target == work:  # keep the old teacher's rows in use; the new ones aside
             log.warning(
-                "the new teacher annotated nothing (%d failed): %s keeps its annotations",
+                "the new teacher has annotated %d transitions (%d failed in this run), the "
+                "old %d: %s keeps the old annotations; rerun to resume the new teacher "
+                "(or delete %s to use the new rows as they are)",
+                stats["n_total_annotated"],
                 stats["n_failed"],
+                n_old,
                 out,
+                out.name,
             )
             if failures_path_for(work).exists():
                 run.log_artifact(failures_path_for(work), "annotation_failures")

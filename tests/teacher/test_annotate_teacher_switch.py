@@ -11,7 +11,7 @@ import pytest
 from components.config import load_config
 from components.schema import write_jsonl
 from components.stages import data as data_stage
-from components.teacher import GroundedTeacher, TeacherError, failures_path_for
+from components.teacher import Annotation, GroundedTeacher, TeacherError, failures_path_for
 from tests.reliability.project import (
     KEY_ENV,
     make_project,
@@ -116,3 +116,51 @@ def test_a_new_teacher_stopped_part_way_is_resumed_then_swapped(
     rows = [json.loads(x) for x in paths.annotations_file.read_text().splitlines()]
     assert len(rows) == n_rows and {r["backend"] for r in rows} == {"openai"}
     assert _leftovers(paths) == []
+
+
+class _Unavailable(_OpenAILike):
+    """Answers every request with a failed row (a server giving 503 to every retry)."""
+
+    def annotate(self, batch, on_result=None):
+        out = []
+        for req in batch:
+            row = Annotation(
+                id=req.id, status="failed", backend=self.backend, model=self.model, error="503"
+            )
+            if on_result is not None:
+                on_result(row)
+            out.append(row)
+        return out
+
+
+def test_a_few_resumed_rows_never_replace_the_whole_old_set(project, monkeypatch) -> None:
+    root, paths, before = project
+    cfg = load_config(write_params(root, openai_teacher("http://127.0.0.1:9/v1")))
+    monkeypatch.setattr(annotate_mod, "make_teacher", lambda _cfg: _OpenAILike(n_ok=3))
+    with pytest.raises(TeacherError):
+        data_stage.annotate(cfg, paths)
+    monkeypatch.setattr(annotate_mod, "make_teacher", lambda _cfg: _Unavailable())
+
+    stats = data_stage.annotate(cfg, paths)  # resumes the 3 rows; every other one fails
+
+    assert stats["n_total_annotated"] == 3 and stats["n_failed"] == before.count(b"\n") - 3
+    assert paths.annotations_file.read_bytes() == before  # the whole old set stays in use
+    fresh = paths.annotations_file.with_name("annotations.fresh.jsonl")
+    assert fresh.read_text().count("\n") == 3  # the paid rows wait for the next run
+
+
+def test_fresh_discards_an_unfinished_fresh_run_even_with_no_old_annotations(
+    project, monkeypatch
+) -> None:
+    root, paths, _ = project
+    cfg = load_config(write_params(root, openai_teacher("http://127.0.0.1:9/v1")))
+    monkeypatch.setattr(annotate_mod, "make_teacher", lambda _cfg: _OpenAILike(n_ok=3))
+    with pytest.raises(TeacherError):
+        data_stage.annotate(cfg, paths)
+    paths.annotations_file.unlink()
+    healthy = _OpenAILike()
+    monkeypatch.setattr(annotate_mod, "make_teacher", lambda _cfg: healthy)
+
+    data_stage.annotate(cfg, paths, fresh=True)
+
+    assert _leftovers(paths) == []  # a later plain run would resume (and pay for) it again
