@@ -107,6 +107,15 @@ def build_buffer(
         if isinstance(transitions, Path)
         else list(transitions)
     )
+    if not rows:  # syncing to nothing would delete the whole seed buffer, then exit 0
+        from components.io import InputError
+
+        where = transitions if isinstance(transitions, Path) else "the input"
+        which = "/".join(splits) + "-split " if splits else ""
+        raise InputError(
+            f"no real {which}transition in {where}: was every raw line quarantined "
+            "(data/quarantine/)? The seed buffer is left as it was"
+        )
     synthetic = sum(t.source != "real" for t in rows)
     if synthetic:
         raise ValueError(f"the seed buffer takes real transitions only; got {synthetic} synthetic")

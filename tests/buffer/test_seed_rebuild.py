@@ -64,3 +64,21 @@ def test_rebuild_replaces_a_transition_whose_content_changed(tmp_path: Path, wor
 
     assert (stats["rows"], stats["removed_stale"], stats["inserted"]) == (2, 1, 1)
     assert _stored(seed, cfg, wordllama)[traj.steps[0].id] == "a corrected state"
+
+
+def test_no_train_transition_left_is_an_error_not_an_emptied_buffer(
+    tmp_path: Path, wordllama: Embedder
+):
+    import pytest
+
+    from components.io import InputError
+
+    cfg, seed, jsonl = _cfg(), tmp_path / "seed", tmp_path / "trajectories.jsonl"
+    write_jsonl(jsonl, [make_trajectory(3, idx=0, split="train")])
+    first = build_buffer(cfg, jsonl, seed, embedder=wordllama)
+    # every raw line quarantined (e.g. the tasks were regenerated): only validation is left
+    write_jsonl(jsonl, [make_trajectory(3, idx=1, split="validation")])
+    with pytest.raises(InputError, match=r"no real train-split transition in .*quarantined"):
+        build_buffer(cfg, jsonl, seed, embedder=wordllama)
+    buf = ReplayBuffer.open(seed, cfg.buffer, embedder=wordllama)
+    assert len(buf) == 3 and buf.tags()["seed"] == first["version"]
