@@ -141,18 +141,17 @@ def _errors() -> Iterator[None]:
         raise typer.Exit(code) from None
 
 
-def _flags_take_no_value(command: Any) -> None:
-    """Show no value type after a flag in help (typer 0.29's rich help writes ``<bool>``,
-    as if ``--fresh`` took a value)."""
-    for param in command.params:
-        if getattr(param, "is_flag", False) and param.metavar is None:
-            param.metavar = ""
+class _FlagsTakeNoValue:
+    """Help shows no value type after a flag (typer 0.29's rich help writes ``<bool>``, as
+    if ``--fresh`` took a value)."""
 
+    params: list[Any]
 
-class _Command(typer.core.TyperCommand):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        _flags_take_no_value(self)
+        for param in self.params:
+            if getattr(param, "is_flag", False) and param.metavar is None:
+                param.metavar = ""
 
     def get_help_option(self, ctx: Any) -> Any:
         option = super().get_help_option(ctx)
@@ -161,16 +160,12 @@ class _Command(typer.core.TyperCommand):
         return option
 
 
-class _Group(typer.core.TyperGroup):
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        _flags_take_no_value(self)
+class _Command(_FlagsTakeNoValue, typer.core.TyperCommand):
+    pass
 
-    def get_help_option(self, ctx: Any) -> Any:
-        option = super().get_help_option(ctx)
-        if option is not None and option.metavar is None:
-            option.metavar = ""
-        return option
+
+class _Group(_FlagsTakeNoValue, typer.core.TyperGroup):
+    pass
 
 
 class DreamgymTyper(typer.Typer):
