@@ -82,6 +82,7 @@ def _matrix(rows: Iterable[Mapping[str, Any]], mode: str) -> dict[str, dict[int,
 # how each env's intervals were made (``_ci_by_env``): a table archived before the crossed
 # bootstrap has none and resampled tasks only
 CROSSED, TASKS_ONLY = "games x training seeds", "games"
+ONE_SEED = "†"  # marks a one-seed row in the markdown: its intervals are over games only
 
 
 def crossed_bootstrap(
@@ -277,13 +278,28 @@ def markdown(table: Table) -> str:
     lines: list[str] = []
     ci_by_env = table.get("_ci_by_env") or {}
     for env, rows in sorted((k, v) for k, v in table.items() if not k.startswith("_")):
+        seeds = {r["seeds"] for r in rows.values() if r}
+        basis = ci_by_env.get(env, TASKS_ONLY)
+        if seeds == {1} and basis == CROSSED:  # it had no training seeds to resample
+            basis = "games (one training seed)"
+        marked = 1 in seeds and len(seeds) > 1 and basis == CROSSED
         lines += [
             f"### {env}",
             "",
             "Success % on held-out test games, sampled (the headline) and greedy; 95% CIs "
-            f"by bootstrap over {ci_by_env.get(env, TASKS_ONLY)}; differences paired on the "
+            f"by bootstrap over {basis}; differences paired on the "
             "same games and seeds (vs real-env RL and vs DreamGym: against the same "
             "algorithm's row).",
+            *(
+                [
+                    "",
+                    f"{ONE_SEED} one training seed: its intervals and paired differences "
+                    "resample games only (the spread between training seeds is not in them), "
+                    "and vs random pairs it with the random policy's same seed.",
+                ]
+                if marked
+                else []
+            ),
             "",
             "| method | sampled % (95% CI) | greedy % | vs SFT (95% CI) | vs random "
             "| vs real-env RL (95% CI) | vs DreamGym (95% CI) | episodes | seeds | real steps |",
@@ -297,8 +313,9 @@ def markdown(table: Table) -> str:
             vr = r.get("vs_random")
             vs_random = f"{100 * vr['diff']:+.1f}" if vr else ""
             steps = "n/a" if r["real_steps"] is None else f"{round(r['real_steps']):,}"
+            label = LABELS[method] + (f" {ONE_SEED}" if marked and r["seeds"] == 1 else "")
             lines.append(
-                f"| {LABELS[method]} | {success_cell(r)} | {greedy_cell(r)} "
+                f"| {label} | {success_cell(r)} | {greedy_cell(r)} "
                 f"| {diff_cell(r.get('vs_sft'))} | {vs_random} "
                 f"| {diff_cell(r.get('vs_real_rl'))} | {diff_cell(r.get('vs_dreamgym'))} "
                 f"| {r['episodes']} "

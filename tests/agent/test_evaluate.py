@@ -291,7 +291,7 @@ def test_table1_says_how_each_envs_intervals_were_made():
     its intervals resampled games only, in the JSON and the markdown."""
     old = build_table("scienceworld", {"sft": _rows([0, 1])}, {})
     del old["_ci_by_env"]  # as an older Table 1 was written
-    table = build_table("textworld", {"sft": _rows([1, 0, 1, 1])}, {})
+    table = build_table("textworld", {"sft": _rows([1, 0, 1, 1]) + _rows([0, 1], seed=1)}, {})
     assert table["_ci_by_env"] == {"textworld": CROSSED}
     merged = keep_other_envs(table, old, "textworld")
     assert merged["_ci_by_env"] == {"textworld": CROSSED, "scienceworld": TASKS_ONLY}
@@ -302,3 +302,14 @@ def test_table1_says_how_each_envs_intervals_were_made():
     text = markdown(merged)
     sw_part, tw_part = text.split("### textworld")
     assert f"bootstrap over {TASKS_ONLY};" in sw_part and f"over {CROSSED};" in tw_part
+
+
+def test_table1_marks_the_rows_of_one_training_seed():
+    # their intervals resample games only: beside 3-seed rows they would read as narrower
+    two_seeds = _rows([1, 0, 1, 1]) + _rows([0, 1, 1, 1], seed=1)
+    table = build_table("textworld", {"sft": two_seeds, "ppo_real": _rows([1, 1, 1, 0])}, {})
+    text = markdown(table)
+    assert "| PPO (real env) † |" in text and "| SFT |" in text
+    assert "† one training seed: its intervals and paired differences resample games only" in text
+    alone = markdown(build_table("textworld", {"ppo_real": _rows([1, 1, 1, 0])}, {}))
+    assert "bootstrap over games (one training seed);" in alone and "†" not in alone
