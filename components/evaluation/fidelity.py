@@ -15,8 +15,10 @@ with what the real environment did:
 - next state: exact match after normalisation (``state_exact_match``), token F1
   (``state_soft_match``), and ``eps_P``: the total-variation distance between the
   predicted and the real next-state distributions over a fixed bucketing of states
-  (location + inventory; a malformed answer is its own bucket). A "copy the current
-  state" baseline puts them in context.
+  (location + inventory; a malformed answer is its own bucket), and ``eps_P_pointwise``,
+  the share of transitions whose predicted bucket is wrong (the pooled distance misses a
+  model that predicts the right states for the wrong steps). A "copy the current state"
+  baseline puts each in context.
 - admissible commands of the next state (the grounded model predicts them): exact-set
   match and F1 against the real next step's list, beside "the current state's commands
   stay" (``admissible_summary``).
@@ -133,6 +135,7 @@ def score_row(
         "copy_state_f1": token_f1(true.state, true.next_state),
         "valid_true": true.valid_action,
         "bucket_true": state_bucket(true.next_state),
+        "bucket_copy": state_bucket(true.state),  # the "nothing changes" prediction
     }
     if next_state is None or reward is None:
         return {
@@ -221,6 +224,20 @@ def _contract_metrics(rows: Sequence[dict[str, Any]], out: dict[str, Any]) -> di
             [r["bucket_pred"] for r in rows], [r["bucket_true"] for r in rows]
         ),
         "eps_P_pointwise": sum(r["bucket_pred"] != r["bucket_true"] for r in rows) / len(rows),
+        **_copy_eps_p(rows),
+    }
+
+
+def _copy_eps_p(rows: Sequence[dict[str, Any]]) -> dict[str, float]:
+    """eps_P of "nothing changes" (the current state as the next): the pooled distance is
+    small for any model that visits the same states, so both forms need this baseline."""
+    if not rows or any("bucket_copy" not in r for r in rows):  # rows saved before it
+        return {}
+    copy, true = [r["bucket_copy"] for r in rows], [r["bucket_true"] for r in rows]
+    return {
+        "copy_baseline_eps_P": total_variation(copy, true),
+        "copy_baseline_eps_P_pointwise": sum(r["bucket_copy"] != r["bucket_true"] for r in rows)
+        / len(rows),
     }
 
 

@@ -87,3 +87,19 @@ def test_admissible_commands_are_scored_beside_the_commands_stay_baseline():
     assert out["copy_baseline_admissible_exact_match"] == 0.0
     assert out["copy_baseline_admissible_f1"] == 0.5
     assert admissible_summary([]) == {"n_admissible": 0}
+
+
+def test_eps_p_is_reported_per_transition_and_beside_nothing_changes(train_examples):
+    # each prediction is the real next state of another transition: the pooled distance
+    # cannot see it (same states, wrong steps); the per-transition share can
+    ex = [e for e in train_examples if normalize_state(e.state) != normalize_state(e.next_state)]
+    ex = ex[:6]
+    shifted = [
+        render_answer(ex[(i + 1) % len(ex)].next_state, e.reward, "x") for i, e in enumerate(ex)
+    ]
+    summary, rows = evaluate_fidelity(lambda p: shifted, ex, with_reasoning=True)
+    wrong = sum(r["bucket_pred"] != r["bucket_true"] for r in rows) / len(rows)
+    assert summary["eps_P"] == 0.0 and summary["eps_P_pointwise"] == wrong > 0
+    copy_wrong = sum(r["bucket_copy"] != r["bucket_true"] for r in rows) / len(rows)
+    assert summary["copy_baseline_eps_P_pointwise"] == copy_wrong
+    assert 0.0 <= summary["copy_baseline_eps_P"] <= summary["copy_baseline_eps_P_pointwise"]
