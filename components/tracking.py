@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import subprocess
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
@@ -23,7 +24,10 @@ from components.config import Config, Paths
 
 PARENT_RUN_ENV = "DREAMGYM_PARENT_RUN_ID"
 EXPERIMENT_PREFIX = "dreamgym"
-_SECRET_MARKERS = ("api_key", "apikey", "token", "secret", "password", "authorization")
+_SECRET_MARKERS = ("api_key", "apikey", "secret", "password", "authorization")
+# a token is secret as a name's last word (hf_token, access_token), not as a count or a
+# metric (max_tokens, state_token_f1, tokenizer)
+_SECRET_TOKEN = re.compile(r"(^|[_.-])token$")
 REDACTED = "***"
 DATASET_SAMPLE_ROWS = 100  # rows of a logged dataset kept in MLflow (its schema and profile)
 DATASET_DIGEST_MAX_BYTES = 64 << 20  # larger datasets are not hashed (the DVC lock has them)
@@ -37,17 +41,18 @@ def tracking_uri(root: Path) -> str:
 def _is_secret_key(key: str) -> bool:
     low = key.lower()
     # `api_key_env` names a variable, it is not a secret itself
-    return any(m in low for m in _SECRET_MARKERS) and not low.endswith("_env")
+    secret = any(m in low for m in _SECRET_MARKERS) or bool(_SECRET_TOKEN.search(low))
+    return secret and not low.endswith("_env")
 
 
-def flatten(data: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+def flatten(data: Mapping[str, Any], prefix: str = "", redact: bool = True) -> dict[str, Any]:
     """Flatten nested mappings into dotted keys; secret-looking keys are redacted."""
     out: dict[str, Any] = {}
     for key, value in data.items():
         name = f"{prefix}{key}"
         if isinstance(value, Mapping):
-            out.update(flatten(value, f"{name}."))
-        elif _is_secret_key(str(key)):
+            out.update(flatten(value, f"{name}.", redact))
+        elif redact and _is_secret_key(str(key)):
             out[name] = REDACTED
         elif isinstance(value, list | tuple):
             out[name] = json.dumps(value, default=str)
@@ -148,9 +153,9 @@ class StageRun:
         """Log numeric metrics (nested keys flattened; non-numbers skipped)."""
         import mlflow
 
-        flat = {
+        flat = {  # numbers are never secrets: a redacted metric was silently dropped
             k: float(v)
-            for k, v in flatten(metrics).items()
+            for k, v in flatten(metrics, redact=False).items()
             if isinstance(v, int | float) and not isinstance(v, bool)
         }
         if flat:

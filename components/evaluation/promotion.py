@@ -276,6 +276,7 @@ def apply_policy_promotion(
     *,
     name: str = "policy",
     env: str | None = None,
+    ablation: str | None = None,
 ) -> Decision:
     """``policy@champion`` from Table 1: the best held-out success, above random.
 
@@ -283,8 +284,13 @@ def apply_policy_promotion(
     whose policies are registered in their own workspaces, not here (None: the only one).
     The best method's version (alias = the method) gets its held-out success and the
     random policy's as tags, then the promotion rule runs with the success floor.
+    ``ablation``: the run's ablation switches that are on (``ablation_of``); such a run's
+    Table 1 never tags or promotes a version (its method aliases are a normal run's).
     """
     from components import tracking
+
+    if ablation is not None:
+        return Decision(False, f"an ablation run ({ablation}): never promoted")
 
     envs = [k for k, v in table1.items() if not k.startswith("_") and isinstance(v, Mapping)]
     if env is None and len(envs) != 1:

@@ -43,7 +43,7 @@ def promote_experience_model(cfg: Config, paths: Paths) -> Decision:
 
 def promote_policy(cfg: Config, paths: Paths) -> Decision:
     """``policy@champion``: Table 1's best held-out success, if above random and the champion."""
-    from components.evaluation.promotion import apply_policy_promotion
+    from components.evaluation.promotion import ablation_of, apply_policy_promotion
     from components.stages.agent import REGISTERED_MODEL, TABLE1_METRICS
 
     table1_file = paths.metrics / TABLE1_METRICS
@@ -51,7 +51,12 @@ def promote_policy(cfg: Config, paths: Paths) -> Decision:
         raise FileNotFoundError(f"{table1_file} missing: run `dreamgym table1` (or make run)")
     table1 = json.loads(table1_file.read_text(encoding="utf-8"))
     decision = apply_policy_promotion(
-        paths.root, table1, cfg.promotion.margin, name=REGISTERED_MODEL, env=cfg.env.name
+        paths.root,
+        table1,
+        cfg.promotion.margin,
+        name=REGISTERED_MODEL,
+        env=cfg.env.name,
+        ablation=ablation_of(cfg.ablation.model_dump()),
     )
     log.info("promotion of %s: %s", REGISTERED_MODEL, decision)
     return decision

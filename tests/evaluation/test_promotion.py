@@ -267,6 +267,12 @@ def test_policy_champion_is_the_best_held_out_success_above_random(tmp_path: Pat
     # a lucky-looking sft within the margin does not displace it
     d = apply_policy_promotion(tmp_path, _table1(random=0.16, sft=0.85, dreamgym_grpo=0.80), 0.02)
     assert not d.promote and "below margin" in d.reason
+    # an ablation run's Table 1 neither tags the normal run's versions nor promotes one
+    tags_before = tracking.model_version_by_alias("policy", "sft")[1]
+    d = apply_policy_promotion(tmp_path, _table1(random=0.1, sft=0.99), 0.02, ablation="no_replay")
+    assert not d.promote and d.reason == "an ablation run (no_replay): never promoted"
+    assert tracking.model_version_by_alias("policy", "sft")[1] == tags_before
+    assert tracking.model_version_by_alias("policy", CHAMPION)[0] == versions["dreamgym_grpo"]
 
 
 @pytest.mark.integration

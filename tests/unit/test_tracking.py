@@ -25,6 +25,19 @@ def test_flatten_redacts_secret_keys_but_not_env_var_names():
     assert flat["teacher.api_key_env"] == "OPENAI_API_KEY"
 
 
+def test_a_token_is_secret_as_a_name_not_as_a_count_or_a_metric():
+    # "token" anywhere redacted state_token_f1 (then dropped as a non-number) and max_tokens
+    flat = flatten(
+        {
+            "teacher": {"hf_token": "hf_x", "access-token": "y", "max_tokens": 512},
+            "full": {"state_token_f1": 0.78, "tokenizer": "gpt2", "prompt_tokens": 10},
+        }
+    )
+    assert flat["teacher.hf_token"] == flat["teacher.access-token"] == REDACTED
+    assert flat["teacher.max_tokens"] == 512 and flat["full.state_token_f1"] == 0.78
+    assert flat["full.tokenizer"] == "gpt2" and flat["full.prompt_tokens"] == 10
+
+
 def test_dvc_md5_of_file_and_directory(tmp_path: Path):
     (tmp_path / "d" / "sub").mkdir(parents=True)
     (tmp_path / "d" / "a.txt").write_text("a")
