@@ -92,7 +92,7 @@ SUMMARY_PY := import json; f = json.load(open("metrics/fidelity.json"))["full"];
 	% (f["reward_accuracy"], f["majority_baseline_reward_accuracy"], f["success_f1"], f["state_soft_match"], f["copy_baseline_state_token_f1"]))
 summary:  ## print the run's headline: Table 1 and the experience model's fidelity
 	@cat metrics/table1.md; echo
-	@$(BIN)/python -c '$(SUMMARY_PY)'
+	@$(PYTHON) -c '$(SUMMARY_PY)'
 	@echo "Headline: dvc metrics show | every figure: metrics/ and reports/report.md | experiments: make exps | runs: make ui (MLflow at http://127.0.0.1:5000)"
 
 # dvc exp show has no setting for its default columns and shows every key of params.yaml and

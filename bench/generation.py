@@ -48,11 +48,11 @@ SFT_STEPS = int(os.environ.get("BENCH_GEN_SFT_STEPS", "6"))
 # Peak HBM bandwidth in bytes/s by GPU name (substring match on torch's device name, most
 # specific first); vendor datasheet figures.
 PEAK_BANDWIDTH: tuple[tuple[str, float], ...] = (
+    ("gh200", 4.0e12),  # before "h200", which its name contains
     ("h200", 4.8e12),
     ("h100 nvl", 3.9e12),
     ("h100 pcie", 2.0e12),
     ("h100", 3.35e12),  # SXM (HBM3)
-    ("gh200", 4.0e12),
     ("a100-sxm4-80gb", 2.039e12),
     ("a100 80gb pcie", 1.935e12),
     ("a100", 1.555e12),  # 40 GB

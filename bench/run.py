@@ -36,7 +36,8 @@ def main(names: list[str]) -> int:
         print(f"== {name}", flush=True)
         try:
             importlib.import_module(name).main()
-        except Exception as err:  # one broken benchmark must not hide the others' results
+        # one broken benchmark must not hide the others' results (some end with SystemExit)
+        except (Exception, SystemExit) as err:
             failed.append(name)
             print(f"{name} failed: {err!r}", file=sys.stderr)
         print(f"== {name}: {time.perf_counter() - start:.1f} s", flush=True)

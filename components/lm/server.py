@@ -129,6 +129,26 @@ class Batcher:
 
     def _decode(self, jobs: list[_Job]) -> None:
         max_new_tokens, temperature, top_p, stop, seed = jobs[0].settings
+        if len(jobs) > 1:
+            try:
+                done = self.generators[jobs[0].model].complete_ids(
+                    [j.encoded for j in jobs],
+                    max_new_tokens=max_new_tokens,
+                    temperature=temperature,
+                    top_p=top_p,
+                    stop=stop,
+                    seed=seed,
+                    batch_size=self.max_batch,
+                )
+            except Exception:  # one bad request must not fail those batched with it
+                log.warning("a batch of %d failed: decoding its requests one by one", len(jobs))
+                for job in jobs:
+                    self._decode([job])
+                return
+            for job, completion in zip(jobs, done, strict=True):
+                job.result = completion
+                job.done.set()
+            return
         try:
             done = self.generators[jobs[0].model].complete_ids(
                 [j.encoded for j in jobs],
@@ -291,24 +311,38 @@ class CompletionServer:
             ok = isinstance(messages, list) and messages
             if not ok or not all(isinstance(m, dict) and "content" in m for m in messages):
                 raise RequestError(400, "messages: expected a non-empty list of messages")
-            text = generator.tokenizer.apply_chat_template(
-                messages, tokenize=False, add_generation_prompt=True
-            )
+            try:
+                text = generator.tokenizer.apply_chat_template(
+                    messages, tokenize=False, add_generation_prompt=True
+                )
+            except Exception as err:  # no template, content the template cannot render
+                raise RequestError(
+                    400, f"messages: cannot apply the chat template ({type(err).__name__})"
+                ) from None
             return [text]
         prompt = body.get("prompt")
         if isinstance(prompt, str):
             return [prompt]
-        if isinstance(prompt, list) and prompt and all(isinstance(t, int) for t in prompt):
-            return [prompt]  # token ids
+        vocab = len(generator.tokenizer)
+
+        def ids(p: Any) -> bool:  # a non-empty list of this model's token ids
+            return (
+                isinstance(p, list)
+                and bool(p)
+                and all(type(t) is int and 0 <= t < vocab for t in p)  # not bool, in range
+            )
+
+        if ids(prompt):
+            return [prompt]
 
         def one(p: Any) -> bool:  # a string or a non-empty list of token ids
-            return isinstance(p, str) or (
-                isinstance(p, list) and bool(p) and all(isinstance(t, int) for t in p)
-            )
+            return isinstance(p, str) or ids(p)
 
         if isinstance(prompt, list) and prompt and all(one(p) for p in prompt):
             return list(prompt)
-        raise RequestError(400, "prompt: expected a string, a list of strings or token ids")
+        raise RequestError(
+            400, f"prompt: expected a string, a list of strings or token ids in [0, {vocab})"
+        )
 
     @staticmethod
     def _choice(
@@ -376,6 +410,8 @@ def _handler(server: CompletionServer) -> type[BaseHTTPRequestHandler]:
                     size = int(self.headers.get("Content-Length") or 0)
                 except ValueError:
                     raise RequestError(400, "bad Content-Length") from None
+                if size < 0:  # read(-1) would wait for the client to close
+                    raise RequestError(400, "bad Content-Length")
                 if size > MAX_BODY_BYTES:
                     raise RequestError(400, f"body over {MAX_BODY_BYTES} bytes")
                 raw = self.rfile.read(size)

@@ -155,13 +155,28 @@ def test_the_server_speaks_the_protocol_and_refuses_in_one_line(server: Completi
         ({**body, "max_tokens": "many"}, 400, "max_tokens: expected int"),
         ({**body, "prompt": 3}, 400, "prompt: expected"),
         ({**body, "stop": [""]}, 400, "stop: expected"),
+        ({**body, "prompt": [1, 10**6]}, 400, "token ids in [0, "),  # no IndexError (500)
+        ({**body, "prompt": [True, 2]}, 400, "token ids in [0, "),
+        ({**chat, "messages": [{"role": "user", "content": None}]}, 400, "chat template"),
     ]
     for request, status, message in refusals:
-        r = httpx.post(f"{url}/completions", json=request)
+        path = "chat/completions" if "messages" in request else "completions"
+        r = httpx.post(f"{url}/{path}", json=request)
         error = r.json()["error"]["message"]
         assert r.status_code == status and message in error and "\n" not in error
     r = httpx.post(f"{url}/completions", content=b"{not json")
     assert r.status_code == 400 and r.json()["error"]["message"] == "body is not JSON"
+    # read(-1) waited for the client to close (clients refuse to send it: a raw socket)
+    import socket
+    from urllib.parse import urlsplit
+
+    where = urlsplit(url)
+    with socket.create_connection((where.hostname, where.port), timeout=10) as sock:
+        sock.sendall(
+            f"POST {where.path}/completions HTTP/1.1\r\nHost: x\r\n"
+            "Content-Length: -1\r\n\r\n{}".encode()
+        )
+        assert sock.recv(64).split(b"\r\n")[0].endswith(b" 400 Bad Request")
     assert httpx.post(f"{url}/embeddings", json=body).status_code == 404
 
 
