@@ -143,10 +143,16 @@ def _repro(stage: str, root: str, parent_run_id: str | None, force: bool = False
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
+        errors="replace",  # a stage's non-UTF-8 output byte must not fail the task
     )
     assert proc.stdout is not None
-    for line in proc.stdout:
-        logger.info(line.rstrip())
+    try:
+        for line in proc.stdout:
+            logger.info(line.rstrip())
+    except BaseException:  # never leave `dvc repro` running (holding its lock) behind it
+        proc.kill()
+        proc.wait()
+        raise
     if proc.wait() != 0:
         raise RuntimeError(f"`dvc repro {stage}` failed with exit code {proc.returncode}")
 
