@@ -227,8 +227,11 @@ def apply_promotion(
         )
     cand_metric = metric_from_tags(cand_tags, metric)
     failure = floor_failure(cand_tags, floors)
+    elsewhere = _measured_elsewhere(cand_tags, champ[1] if champ else {})
     if "ablation" in cand_tags:
         decision = Decision(False, f"candidate is an ablation ({cand_tags['ablation']})")
+    elif elsewhere is not None:
+        decision = Decision(False, elsewhere)
     elif cand_metric is None:
         decision = Decision(False, f"candidate has no held-out {metric}")
     elif failure is not None:
@@ -257,6 +260,18 @@ def apply_promotion(
         },
     )
     return decision
+
+
+def _measured_elsewhere(cand: Mapping[str, str], champ: Mapping[str, str]) -> str | None:
+    """Why the two versions' held-out figures cannot be compared (another env or profile:
+    other test tasks), or None. A version registered before these tags compares as before."""
+    for key in ("env", "profile"):
+        if key in cand and key in champ and cand[key] != champ[key]:
+            return (
+                f"the champion was measured on {key} {champ[key]}, the candidate on "
+                f"{cand[key]}: not comparable (other test tasks)"
+            )
+    return None
 
 
 def best_method(rows: Mapping[str, Any]) -> str | None:

@@ -72,6 +72,7 @@ def register(run: Any, cfg: Config, out: Path, method: str, tags: dict[str, Any]
             "method": method,
             "policy": cfg.agent.policy,
             "profile": cfg.profile,
+            "env": cfg.env.name,  # promotion compares held-out figures of one env only
             **tags,
             **extra,
         },

@@ -175,7 +175,8 @@ def register_experience_model(run: Any, cfg: Config, out: Path, base_model: str)
         out,
         name,
         aliases=aliases,
-        tags={"base_model": base_model, "profile": cfg.profile, **extra},
+        # promotion compares held-out figures of one env and profile only
+        tags={"base_model": base_model, "profile": cfg.profile, "env": cfg.env.name, **extra},
         kind="experience",  # loads with mlflow.pyfunc.load_model("models:/...")
     )
     run.set_tags({"registered_model": f"{name}/{version}"})

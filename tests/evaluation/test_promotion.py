@@ -122,6 +122,17 @@ def test_apply_promotion_moves_the_champion_alias(tmp_path: Path):
     assert tracking.model_version_by_alias(name, CHAMPION)[0] == v3
     assert MlflowClient().get_model_version(name, v3).tags["promotion.decision"] == "promoted"
 
+    # another env's candidate was measured on other test tasks: never compared
+    client = MlflowClient()
+    client.set_model_version_tag(name, v3, "env", "textworld")
+    v4 = register(0.90, 0.80, 0.95)
+    client.set_model_version_tag(name, v4, "env", "scienceworld")
+    d4 = apply_promotion(tmp_path, name, "success", 0.02)
+    assert not d4.promote and "measured on env textworld, the candidate on scienceworld" in (
+        d4.reason
+    )
+    assert tracking.model_version_by_alias(name, CHAMPION)[0] == v3
+
 
 # --- quality floors, ablations, policy@champion from Table 1 (issue 23, item 5) ----------
 
