@@ -114,7 +114,7 @@ def git_commit(root: Path, *, params_ok: bool = False) -> tuple[str, bool]:
         )
         return sha, dirty
     except (subprocess.CalledProcessError, FileNotFoundError):
-        return "unknown", False
+        return "unknown", True  # not a git checkout: nothing shows the code is committed
 
 
 def _flat(d: Any, prefix: str = "") -> dict[str, Any]:
