@@ -129,26 +129,6 @@ class Batcher:
 
     def _decode(self, jobs: list[_Job]) -> None:
         max_new_tokens, temperature, top_p, stop, seed = jobs[0].settings
-        if len(jobs) > 1:
-            try:
-                done = self.generators[jobs[0].model].complete_ids(
-                    [j.encoded for j in jobs],
-                    max_new_tokens=max_new_tokens,
-                    temperature=temperature,
-                    top_p=top_p,
-                    stop=stop,
-                    seed=seed,
-                    batch_size=self.max_batch,
-                )
-            except Exception:  # one bad request must not fail those batched with it
-                log.warning("a batch of %d failed: decoding its requests one by one", len(jobs))
-                for job in jobs:
-                    self._decode([job])
-                return
-            for job, completion in zip(jobs, done, strict=True):
-                job.result = completion
-                job.done.set()
-            return
         try:
             done = self.generators[jobs[0].model].complete_ids(
                 [j.encoded for j in jobs],
@@ -159,12 +139,17 @@ class Batcher:
                 seed=seed,
                 batch_size=self.max_batch,
             )
+        except Exception as err:  # the requests fail (500), the server keeps serving
+            if len(jobs) > 1:  # one bad request must not fail those batched with it
+                log.warning("a batch of %d failed: decoding its requests one by one", len(jobs))
+                for job in jobs:
+                    self._decode([job])
+                return
+            log.exception("generation failed")
+            jobs[0].error = f"generation failed: {type(err).__name__}: {err}".splitlines()[0]
+        else:
             for job, completion in zip(jobs, done, strict=True):
                 job.result = completion
-        except Exception as err:  # the requests fail (500), the server keeps serving
-            log.exception("generation failed")
-            for job in jobs:
-                job.error = f"generation failed: {type(err).__name__}: {err}".splitlines()[0]
         for job in jobs:
             job.done.set()
 

@@ -213,3 +213,24 @@ def test_dreamgym_serve_command_serves_a_saved_policy(project: Path):
         [*cmd[:5], "missing/dir"], cwd=project, capture_output=True, text=True, env=env
     )
     assert busy.returncode == 1 and busy.stderr.startswith("error: --model missing/dir")
+
+
+def test_a_request_that_breaks_decoding_fails_alone_not_its_batch():
+    from types import SimpleNamespace
+
+    from components.lm.server import Batcher, _Job
+
+    class Generator:  # fails any batch holding token id 13, as a bad id would
+        def complete_ids(self, prompts, **settings):
+            if any(13 in p for p in prompts):
+                raise IndexError("index out of range in self")
+            return [SimpleNamespace(text=f"ok {p[0]}") for p in prompts]
+
+    batcher = Batcher({"m": Generator()}, max_batch=8, wait_s=0.5)
+    try:
+        settings = (8, 0.0, 1.0, (), None)
+        jobs = batcher.run([_Job("m", [p], settings) for p in (1, 13, 2)])  # one batch
+    finally:
+        batcher.close()
+    assert [j.result.text if j.result else None for j in jobs] == ["ok 1", None, "ok 2"]
+    assert jobs[1].error == "generation failed: IndexError: index out of range in self"
