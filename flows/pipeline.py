@@ -16,7 +16,7 @@ from prefect import flow, get_run_logger
 
 from components.config import PARAMS_FILE
 from components.tracking import pipeline_run
-from flows.stages import family_stages, run_stages, stage_order
+from flows.stages import family_stages, run_stages, stage_order, with_upstream
 
 if TYPE_CHECKING:
     from components.evaluation.promotion import Decision
@@ -33,6 +33,8 @@ def _run(name: str, root: str, stages: list[str], force: bool) -> list[str]:
     unknown = sorted(set(stages) - set(known))
     if unknown:
         raise ValueError(f"unknown stages {unknown}; dvc.yaml has {known}")
+    if not force:  # forced: only those stages (dvc repro --single-item)
+        stages = with_upstream(root_path, stages)
     with pipeline_run(root_path, name, {"stages": stages, "force": force}) as run_id:
         run_stages(stages, root_path, run_id, force)
     return stages

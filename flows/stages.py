@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -76,8 +76,8 @@ def _overlaps(dep: str, out: str) -> bool:
     return dep == out or dep.startswith(out + "/") or out.startswith(dep + "/")
 
 
-def stage_order(root: Path) -> list[str]:
-    """dvc.yaml stages in dependency order (upstream first; dvc.yaml order where free)."""
+def _upstream(root: Path) -> tuple[list[str], dict[str, set[str]]]:
+    """dvc.yaml's stages (file order) and, per stage, the stages producing its deps."""
     spec = yaml.safe_load((root / DVC_FILE).read_text(encoding="utf-8"))
     stages: dict[str, Any] = spec.get("stages") or {}
     io = {name: _stage_io(stage) for name, stage in stages.items()}
@@ -89,6 +89,12 @@ def stage_order(root: Path) -> list[str]:
         }
         for name, (deps, _) in io.items()
     }
+    return list(stages), upstream
+
+
+def stage_order(root: Path) -> list[str]:
+    """dvc.yaml stages in dependency order (upstream first; dvc.yaml order where free)."""
+    stages, upstream = _upstream(root)
     order: list[str] = []
     while len(order) < len(stages):
         ready = next(
@@ -100,6 +106,20 @@ def stage_order(root: Path) -> list[str]:
             raise ValueError(f"dependency cycle among dvc.yaml stages {left}")
         order.append(ready)
     return order
+
+
+def with_upstream(root: Path, stages: Sequence[str]) -> list[str]:
+    """``stages`` and every stage upstream of them, in pipeline order. Each then runs as
+    its own task under its own retry policy: a plain ``dvc repro <stage>`` would run the
+    stale upstream stages inside the task of ``<stage>`` (a training stage retried as I/O)."""
+    _, upstream = _upstream(root)
+    wanted, todo = set(stages), list(stages)
+    while todo:
+        for parent in upstream.get(todo.pop(), ()):
+            if parent not in wanted:
+                wanted.add(parent)
+                todo.append(parent)
+    return [s for s in stage_order(root) if s in wanted]
 
 
 def family_stages(root: Path, family: str) -> list[str]:

@@ -26,6 +26,7 @@ from flows.stages import (
     repro_command,
     stage_env,
     stage_order,
+    with_upstream,
 )
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -81,6 +82,25 @@ def test_order_follows_dependencies_expands_foreach_and_rejects_cycles(tmp_path:
     (tmp_path / "dvc.yaml").write_text(yaml.safe_dump(spec, sort_keys=False))
     with pytest.raises(ValueError, match="cycle"):
         stage_order(tmp_path)
+
+
+def test_a_subset_runs_with_its_upstream_stages_each_in_its_own_task(tmp_path: Path):
+    # `dvc repro judge` alone would run stale training stages inside judge's I/O task
+    spec = {
+        "stages": {
+            "summary": {"cmd": "x", "deps": ["metrics/fit"]},
+            "fit": {"cmd": "x", "deps": ["data/clean"], "outs": ["metrics/fit"]},
+            "clean": {"cmd": "x", "deps": ["raw.txt"], "outs": ["data/clean"]},
+            "unrelated": {"cmd": "x", "deps": ["other.txt"]},
+        }
+    }
+    (tmp_path / "dvc.yaml").write_text(yaml.safe_dump(spec, sort_keys=False))
+    assert with_upstream(tmp_path, ["summary"]) == ["clean", "fit", "summary"]
+    assert with_upstream(tmp_path, ["unrelated", "fit"]) == ["clean", "fit", "unrelated"]
+    order = stage_order(ROOT)
+    judge = with_upstream(ROOT, ["judge"])
+    assert judge[-1] == "judge" and judge == [s for s in order if s in judge]
+    assert {"collect", "train_experience_model"} <= set(judge)
 
 
 def test_family_flows_and_nightly_refresh_select_stages_in_pipeline_order():
