@@ -284,6 +284,23 @@ def best_method(rows: Mapping[str, Any]) -> str | None:
     return max(sorted(scored), key=lambda m: scored[m]) if scored else None
 
 
+def _held_out_rows(rows: Mapping[str, Any]) -> dict[str, HeldOutMetric]:
+    """Each trained method's held-out success in a Table-1 section (its CI widened to hold it)."""
+    out = {}
+    for method, row in rows.items():
+        if method == RANDOM_METHOD or not isinstance(row, Mapping) or row.get("success") is None:
+            continue
+        success, low, high = float(row["success"]), row.get("ci_low"), row.get("ci_high")
+        has_ci = low is not None and high is not None
+        out[method] = HeldOutMetric(
+            success,
+            min(float(low), success) if has_ci else None,
+            max(float(high), success) if has_ci else None,
+            row.get("episodes"),
+        )
+    return out
+
+
 def apply_policy_promotion(
     root: Path,
     table1: Mapping[str, Any],
@@ -320,20 +337,16 @@ def apply_policy_promotion(
     random_row = rows.get(RANDOM_METHOD)
     if not isinstance(random_row, Mapping) or random_row.get("success") is None:
         return Decision(False, "no random baseline in table1: the floor cannot be checked")
-    row = rows[method]
-    low, high = row.get("ci_low"), row.get("ci_high")
-    held_out = HeldOutMetric(
-        float(row["success"]),
-        None if low is None or high is None else min(float(low), float(row["success"])),
-        None if low is None or high is None else max(float(high), float(row["success"])),
-        row.get("episodes"),
-    )
     tracking.configure(root)
-    tags = {
-        **metric_tags(POLICY_METRIC, held_out),
-        **baseline_tags(POLICY_METRIC, float(random_row["success"])),
+    # Every evaluated method's version gets this table's figures, not only the best: the
+    # champion is often one of them, and a stale, higher tag would defend it against
+    # the fresh ones.
+    baseline = baseline_tags(POLICY_METRIC, float(random_row["success"]))
+    tagged = {
+        m: tracking.tag_model_alias(name, m, {**metric_tags(POLICY_METRIC, held_out), **baseline})
+        for m, held_out in _held_out_rows(rows).items()
     }
-    if tracking.tag_model_alias(name, method, tags) is None:
+    if tagged.get(method) is None:
         return Decision(False, f"no {name}@{method} registered")
     return apply_promotion(
         root, name, POLICY_METRIC, margin, candidate_alias=method, floors=(POLICY_METRIC,)

@@ -276,14 +276,22 @@ def test_policy_champion_is_the_best_held_out_success_above_random(tmp_path: Pat
     assert d.promote and d.candidate_version == versions["dreamgym_grpo"]
     assert tracking.model_version_by_alias("policy", CHAMPION)[0] == versions["dreamgym_grpo"]
     # a lucky-looking sft within the margin does not displace it
-    d = apply_policy_promotion(tmp_path, _table1(random=0.16, sft=0.85, dreamgym_grpo=0.80), 0.02)
+    d = apply_policy_promotion(tmp_path, _table1(random=0.16, sft=0.85, dreamgym_grpo=0.84), 0.02)
     assert not d.promote and "below margin" in d.reason
+    # a later Table 1 re-evaluates the champion lower: its tag is refreshed, so the best
+    # method now is compared with the fresh figure, not the old 0.84
+    d = apply_policy_promotion(tmp_path, _table1(random=0.16, sft=0.85, dreamgym_grpo=0.60), 0.02)
+    champion_tags = tracking.model_version_by_alias("policy", CHAMPION)[1]
+    assert d.promote and d.candidate_version == versions["sft"], d.reason
+    assert metric_from_tags(champion_tags, "success").value == 0.85
+    old_champion = tracking.model_version_by_alias("policy", "dreamgym_grpo")[1]
+    assert metric_from_tags(old_champion, "success").value == 0.60
     # an ablation run's Table 1 neither tags the normal run's versions nor promotes one
     tags_before = tracking.model_version_by_alias("policy", "sft")[1]
     d = apply_policy_promotion(tmp_path, _table1(random=0.1, sft=0.99), 0.02, ablation="no_replay")
     assert not d.promote and d.reason == "an ablation run (no_replay): never promoted"
     assert tracking.model_version_by_alias("policy", "sft")[1] == tags_before
-    assert tracking.model_version_by_alias("policy", CHAMPION)[0] == versions["dreamgym_grpo"]
+    assert tracking.model_version_by_alias("policy", CHAMPION)[0] == versions["sft"]
 
 
 @pytest.mark.integration
