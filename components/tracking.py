@@ -142,6 +142,19 @@ def params_overrides(root: Path) -> dict[str, Any]:
     return {k: now.get(k) for k in sorted(set(head) | set(now)) if head.get(k) != now.get(k)}
 
 
+def run_provenance(root: Path, profile: str, env: str) -> dict[str, Any]:
+    """A stage's metrics ``_provenance``: commit, dirty, profile, env and params overrides
+    (another env is a ``dvc exp run -S`` override, not uncommitted code)."""
+    sha, dirty = git_commit(root, params_ok=True)
+    return {
+        "git_commit": sha,
+        "dirty": dirty,
+        "profile": profile,
+        "env": env,
+        "params_overrides": params_overrides(root),
+    }
+
+
 class StageRun:
     """An open MLflow run of one stage: log metrics, dicts, tables and artifacts."""
 

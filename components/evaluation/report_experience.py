@@ -98,7 +98,7 @@ def _fidelity_variants(fid: Any) -> dict[str, dict[str, Any]]:
         return {}
     if "eps_R" in fid:  # an older flat file: the full model only
         return {"full": fid}
-    return {k: v for k, v in fid.items() if isinstance(v, dict)}
+    return {k: v for k, v in fid.items() if isinstance(v, dict) and not k.startswith("_")}
 
 
 def _fidelity_section(inp: _Inputs, out_dir: Path, cfg: ReportConfig, plots: list[Path]) -> str:

@@ -377,7 +377,7 @@ def build_table1(cfg: Config, paths: Paths) -> dict[str, Any]:
     )
     from components.cpu_kernels import kernels_in_use
     from components.evaluation.headline import HEADLINE_DIR, TABLE1_HEADLINE, table1_headline
-    from components.tracking import git_commit, params_overrides, stage_run
+    from components.tracking import run_provenance, stage_run
 
     episodes = load_episodes(paths.data / EVAL_DIR)
     steps = {m: training_real_steps(paths, m) for m in METHODS}
@@ -387,14 +387,8 @@ def build_table1(cfg: Config, paths: Paths) -> dict[str, Any]:
             f"no {cfg.env.name} evaluation episodes under {paths.data / EVAL_DIR}: run "
             "`dreamgym evaluate-random` and `dreamgym evaluate-policy METHOD` first"
         )
-    # another env is a params override (`dvc exp run -S env.name=...`), not uncommitted code
-    sha, dirty = git_commit(paths.root, params_ok=True)
     table["_provenance"] = {
-        "git_commit": sha,
-        "dirty": dirty,
-        "profile": cfg.profile,
-        "env": cfg.env.name,
-        "params_overrides": params_overrides(paths.root),
+        **run_provenance(paths.root, cfg.profile, cfg.env.name),
         "cpu_kernels": kernels_in_use(),  # "avx2": reproducible on any AVX2 host
     }
     table["_headline"] = "sampled"

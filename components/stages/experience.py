@@ -396,7 +396,7 @@ def evaluate_fidelity(cfg: Config, paths: Paths) -> dict[str, Any]:
         baseline_tags,
         metric_tags,
     )
-    from components.tracking import stage_run, tag_model_alias
+    from components.tracking import run_provenance, stage_run, tag_model_alias
 
     trajectories = _load_trajectories(paths)
     present = [v for v in VARIANTS if experience_model_dir(paths, v).exists()]
@@ -458,7 +458,10 @@ def evaluate_fidelity(cfg: Config, paths: Paths) -> dict[str, Any]:
                 CANDIDATE_ALIAS,
                 held_out | alias_tags("fidelity", full, FIDELITY_TAGS, "n", run.run_id),
             )
-    write_json(paths.metrics / FIDELITY_METRICS, {v: numbers(m) for v, m in table.items()})
+    fidelity = {v: numbers(m) for v, m in table.items()}
+    # which env's validation transitions: metrics/ holds the last env run in the workspace
+    fidelity["_provenance"] = run_provenance(paths.root, cfg.profile, cfg.env.name)
+    write_json(paths.metrics / FIDELITY_METRICS, fidelity)
     # the one-screen part that `dvc metrics show` / `dvc exp show` print
     headline = paths.metrics / HEADLINE_DIR / FIDELITY_HEADLINE
     headline.parent.mkdir(parents=True, exist_ok=True)

@@ -148,7 +148,7 @@ def policy_fidelity(cfg: Config, paths: Paths) -> dict[str, Any]:
         summarise,
     )
     from components.stages.data import load_tasks
-    from components.tracking import git_commit, params_overrides, stage_run
+    from components.tracking import run_provenance, stage_run
 
     pf = cfg.policy_fidelity
     seed = cfg.agent.seeds[0]  # one policy per method: the first training seed's
@@ -205,14 +205,7 @@ def policy_fidelity(cfg: Config, paths: Paths) -> dict[str, Any]:
         }
         run.log_metrics(_flat(doc))
         run.log_dict(doc, "policy_fidelity/policy_fidelity.json")
-    sha, dirty = git_commit(paths.root, params_ok=True)
-    doc["_provenance"] = {
-        "git_commit": sha,
-        "dirty": dirty,
-        "profile": cfg.profile,
-        "env": cfg.env.name,
-        "params_overrides": params_overrides(paths.root),
-    }
+    doc["_provenance"] = run_provenance(paths.root, cfg.profile, cfg.env.name)
     table = _merge(paths.metrics / POLICY_FIDELITY_METRICS, cfg.env.name, doc, keep_other_envs)
     _write_rows(paths.data / EPISODES_FILE, rows)
     write_json(paths.metrics / POLICY_FIDELITY_METRICS, table)

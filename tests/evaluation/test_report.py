@@ -90,6 +90,7 @@ def test_full_metrics_render_tables_and_plots(tmp_path):
                 "malformed_rate": 0.01,
             },
             "no_replay": {"n": 100, "eps_R": 0.09, "state_token_f1": 0.7, "malformed_rate": 0.02},
+            "_provenance": {"env": "textworld", "profile": "ci"},  # not a variant row
         },
     )
     write(
@@ -137,6 +138,7 @@ def test_full_metrics_render_tables_and_plots(tmp_path):
     assert "| SFT | 25.0 | [10.0, 40.0] |" in text
     assert "| w/o replay | 30.0 | 0.090 | 0.700 | 1.10 | 1.30 |" in text  # ablation row
     assert "| DreamGym GRPO w/o replay | 30.0 |" in text
+    assert "_provenance" not in text
     assert "| DreamGym (full) | 100 | 1.80 | 1.50 | 1.70 | 1.90 |" in text  # judge row
     assert "**Drift flagged** in iter_1." in text
     assert "1,060 trajectories" in text

@@ -81,6 +81,7 @@ def test_train_then_evaluate_fidelity(tmp_path, trajectories, reasoning):
     assert 0 <= summary["eps_P"] <= 1 and "open_loop_depth" in summary
     saved = json.loads((paths.metrics / "fidelity.json").read_text())
     assert saved["full"]["n"] == 4 and "malformed_reasons" not in saved["full"]  # numbers only
+    assert saved["_provenance"]["env"] == "textworld"  # metrics/ holds the last env run
     for key in ("reward_accuracy", "success_f1", "state_exact_match", "state_soft_match"):
         assert key in saved["no_reasoning"]
     headline = json.loads((paths.metrics / "headline" / "fidelity.json").read_text())
