@@ -33,6 +33,11 @@ def stable_id(*parts: object, n: int = 16) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:n]
 
 
+def seed_int(*parts: object) -> int:
+    """A 31-bit seed derived from ``parts`` (stable across processes)."""
+    return int(stable_id(*parts, n=8), 16) & 0x7FFFFFFF
+
+
 class _Record(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 

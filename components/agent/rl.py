@@ -29,7 +29,7 @@ from components.agent.policy_model import ActResult, TokenScores
 from components.agent.rollout import Episode, RolloutBatch, TrainablePolicy
 from components.config import RLAlgoConfig
 from components.config.base import fields_of
-from components.schema import stable_id
+from components.schema import seed_int
 
 if TYPE_CHECKING:
     import torch
@@ -41,11 +41,6 @@ Aggregation = Literal["token", "sequence", "episode"]  # episode: turn means, we
 RUNTIME_FIELDS = frozenset(
     {"iterations", "save_every", "keep_checkpoints", "max_train_minutes", "max_real_steps"}
 )
-
-
-def seed_int(*parts: object) -> int:
-    """A 31-bit seed derived from ``parts`` (stable across processes)."""
-    return int(stable_id(*parts, n=8), 16) & 0x7FFFFFFF
 
 
 def seed_everything(seed: int) -> None:

@@ -28,7 +28,7 @@ from components.curriculum.selection import (
 )
 from components.curriculum.variance import GroupStats, Rollout, group_stats, variance_histogram
 from components.experience.task_generation import GenerateFn, generate_variants
-from components.schema import Task
+from components.schema import Task, seed_int
 
 if TYPE_CHECKING:
     from components.buffer.embedders import Embedder
@@ -116,8 +116,15 @@ class Curriculum:
 
     def first_batch(self) -> TaskBatch:
         """Iteration 0: real tasks only (no rollouts yet to measure variance)."""
-        tasks = mix_batch(self.real, [], self.cfg.batch_size, 0.0, self.cfg.seed, self._picker(0))
+        tasks = mix_batch(
+            self.real, [], self.cfg.batch_size, 0.0, self._mix_seed(0), self._picker(0)
+        )
         return TaskBatch(iteration=0, tasks=tasks, metrics={"share_generated": 0.0})
+
+    def _mix_seed(self, iteration: int) -> int:
+        # hashed, not seed + iteration: training seed s's round i would replay seed s+1's
+        # round i-1 (the curriculum seed is curriculum.seed + training seed)
+        return seed_int("mix", self.cfg.seed, iteration)
 
     def _picker(self, iteration: int) -> Callable[[int], list[Task]] | None:
         if self.real_sampler is None:
@@ -178,7 +185,7 @@ class Curriculum:
             self.generated,
             self.cfg.batch_size,
             lam,
-            self.cfg.seed + iteration,
+            self._mix_seed(iteration),
             self._picker(iteration),
         )
         per_task = group_stats(rollouts)

@@ -25,6 +25,7 @@ from components.curriculum.clusters import assign_clusters
 from components.curriculum.selection import subsample_tasks
 from components.experience.task_generation import generated_task
 from components.schema import Task
+from tests.factories import make_task
 
 
 def _task(tid: str, text: str, family: str = "quest") -> Task:
@@ -255,3 +256,22 @@ def test_subsample_tasks_is_fixed_and_order_independent():
     assert len({t.task_id for t in some}) == 5
     assert [t.task_id for t in subsample_tasks(tasks[::-1], 5)] == [t.task_id for t in some]
     assert subsample_tasks(tasks, 0) == tasks and subsample_tasks(tasks, 99) == tasks
+
+
+def test_training_seeds_do_not_share_batches_shifted_by_a_round():
+    """The curriculum seed is curriculum.seed + training seed: seed s's round i must not
+    replay seed s+1's round i-1 (the seeds' CIs assume independent runs)."""
+    real = [make_task(f"t{i}", f"do thing {i}", i) for i in range(40)]
+
+    def batches(seed: int) -> list[list[str]]:
+        cfg = CurriculumConfig().model_copy(update={"batch_size": 8, "seed": seed})
+        cur = Curriculum(real, cfg, task_generation=False)
+        out = [[t.task_id for t in cur.first_batch().tasks]]
+        for i in range(1, 3):
+            rollouts = [Rollout(t, 0.0) for t in out[-1]]
+            out.append([t.task_id for t in cur.next_batch(rollouts, i).tasks])
+        return out
+
+    s0, s1 = batches(0), batches(1)
+    assert s0 == batches(0)  # still deterministic
+    assert s0[1] != s1[0] and s0[2] != s1[1]
