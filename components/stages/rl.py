@@ -225,13 +225,15 @@ def rl_seed(
         cap, reference = s2r_cap(cfg, paths, algo, seed)
         algo_cfg = algo_cfg.model_copy(update={"max_real_steps": cap})
         fingerprint["real_step_cap"] = cap
+        # the task prior comes from this env's DreamGym run: not what a transferred policy saw
+        prior = cfg.rl.s2r_task_prior == "synthetic" and not transfer
+        prior = prior and isinstance(source, VarianceTaskSampler)
+        if prior:  # before _resume_point: a partial fingerprint would wipe the checkpoints
+            fingerprint["task_prior"] = cfg.rl.s2r_task_prior
         _, used = _resume_point(out_dir, algo_cfg, fingerprint)
         env = CappedEnvList(env_factory(cfg.env, paths.root), budget=cap - used)
         extra = {"real_step_cap": cap, "reference_real_steps": reference}
-        # the task prior comes from this env's DreamGym run: not what a transferred policy saw
-        prior = cfg.rl.s2r_task_prior == "synthetic" and not transfer
-        if prior and isinstance(source, VarianceTaskSampler):
-            fingerprint["task_prior"] = cfg.rl.s2r_task_prior
+        if prior:
             extra["prior_tasks"] = synthetic_prior(source, synthetic_file(paths, algo), seed)
     else:
         env = env_factory(cfg.env, paths.root)  # a factory: the env list grows as needed

@@ -327,17 +327,34 @@ def test_dreamgym_logs_round_curves_and_its_datasets_to_mlflow(project, dreamgym
 
 @pytest.mark.integration
 @pytest.mark.parametrize("mode", ["reground", "real_rl"])
-def test_s2r_stays_within_its_share_of_the_real_runs_steps(project, grpo_real, dreamgym_grpo, mode):
+def test_s2r_stays_within_its_share_of_the_real_runs_steps(
+    project, grpo_real, dreamgym_grpo, mode, monkeypatch
+):
+    from components.agent import train
     from components.artifacts import synthetic_file
-    from components.stages.rl import train_s2r
+    from components.stages import rl
     from components.tracking import dvc_md5
 
     cfg, paths = project
-    cfg = cfg.model_copy(update={"rl": cfg.rl.model_copy(update={"s2r_mode": mode})})
+    update = {"s2r_mode": mode, "s2r_task_prior": "synthetic"}
+    cfg = cfg.model_copy(update={"rl": cfg.rl.model_copy(update=update)})
     cap = math.floor(cfg.rl.s2r_real_fraction * grpo_real["real_steps"])
     assert cap > 0
     dreamt = dvc_md5(synthetic_file(paths, "grpo"))
-    out = train_s2r(cfg, paths, "grpo")
+    # a resume must check the fingerprint train_rl stamps: a partial one wipes checkpoints
+    checked, stamped = [], []
+    resume_point, train_rl = rl._resume_point, train.train_rl
+    monkeypatch.setattr(
+        rl, "_resume_point", lambda d, c, fp: checked.append(dict(fp)) or resume_point(d, c, fp)
+    )
+    monkeypatch.setattr(
+        train,
+        "train_rl",
+        lambda *a, **kw: stamped.append(dict(kw["fingerprint"])) or train_rl(*a, **kw),
+    )
+    out = rl.train_s2r(cfg, paths, "grpo")
+    assert checked and checked == stamped
+    assert ("task_prior" in stamped[0]) == (mode == "real_rl")
     assert 0 < out["real_steps"] <= out["real_step_cap"] == cap  # cut mid-round, never over
     assert out["reference_real_steps"] == grpo_real["real_steps"]
     _common_outputs(paths, "s2r_grpo", out, out["iterations"])
