@@ -178,26 +178,42 @@ def train_sft_as(
     )
 
 
-def demo_loss_fn(
-    policy: ScorerPolicy, demos: Sequence[Demonstration], batch_size: int, seed: int
-) -> Callable[[], tuple[Any, float]]:
+class DemoLossFn:
     """RL's behaviour-cloning term: each call, the cross-entropy of the expert's command on
-    a seeded random batch of ``demos`` (with gradients) and the share ranked first."""
-    import torch
+    a seeded random batch of demonstrations (with gradients) and the share ranked first.
+    Its sampler's state rides in RL checkpoints, so a resumed run draws the same batches."""
 
-    if not demos:
-        raise ValueError("sft_coef > 0 but there is no expert demonstration to clone")
-    data = _targets(policy, demos)  # features once: the encoder is frozen
-    rng = random.Random(seed)
+    def __init__(self, policy: ScorerPolicy, data: list[Any], batch_size: int, seed: int):
+        self.policy, self.data, self.batch_size = policy, data, batch_size
+        self.rng = random.Random(seed)
 
-    def loss() -> tuple[Any, float]:
-        batch = rng.sample(data, min(batch_size, len(data)))
-        logits, _ = policy.model(*collate([dec for dec, _ in batch]))
+    def __call__(self) -> tuple[Any, float]:
+        import torch
+
+        batch = self.rng.sample(self.data, min(self.batch_size, len(self.data)))
+        logits, _ = self.policy.model(*collate([dec for dec, _ in batch]))
         y = torch.tensor([t for _, t in batch], device=logits.device)
         hit = float((logits.argmax(-1) == y).float().mean())
         return torch.nn.functional.cross_entropy(logits, y), hit
 
-    return loss
+    def state_dict(self) -> dict[str, Any]:
+        """The batch sampler's state as plain data (checkpoints load weights_only)."""
+        version, internal, gauss = self.rng.getstate()
+        return {"rng": [version, list(internal), gauss]}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore what ``state_dict`` captured."""
+        version, internal, gauss = state["rng"]
+        self.rng.setstate((version, tuple(internal), gauss))
+
+
+def demo_loss_fn(
+    policy: ScorerPolicy, demos: Sequence[Demonstration], batch_size: int, seed: int
+) -> DemoLossFn:
+    """RL's behaviour-cloning term on ``demos`` (see ``DemoLossFn``)."""
+    if not demos:
+        raise ValueError("sft_coef > 0 but there is no expert demonstration to clone")
+    return DemoLossFn(policy, _targets(policy, demos), batch_size, seed)  # the encoder is frozen
 
 
 def accuracy(policy: ScorerPolicy, demos: Sequence[Demonstration]) -> float:

@@ -133,9 +133,10 @@ def fingerprint_of(cfg: RLAlgoConfig, extra: dict[str, Any] | None) -> dict[str,
 class _Checkpointing:
     """Resume and checkpointing around ``train_rl``'s loop (the loop itself knows nothing of it).
 
-    ``resume()`` restores weights, learner, sampler and RNG from the newest checkpoint of
-    the same run (fingerprint) and returns where it stopped; ``after_round`` keeps the
-    round's snapshot and writes a checkpoint every ``save_every`` rounds and at the end.
+    ``resume()`` restores weights, learner, samplers (tasks, demonstrations) and RNG from
+    the newest checkpoint of the same run (fingerprint) and returns where it stopped;
+    ``after_round`` keeps the round's snapshot and writes a checkpoint every ``save_every``
+    rounds and at the end.
     """
 
     def __init__(
@@ -147,6 +148,7 @@ class _Checkpointing:
         learner: GRPO | PPO,
         sampler: TaskSampler | None,
         snapshots: bool,
+        demo_loss: DemoLoss | None = None,
     ) -> None:
         self.out_dir, self.cfg, self.fingerprint = out_dir, cfg, fingerprint
         self.policy, self.learner, self.sampler, self.snapshots = (
@@ -155,6 +157,8 @@ class _Checkpointing:
             sampler,
             snapshots,
         )
+        # a stateful behaviour-cloning term (its batch sampler) is checkpointed too
+        self.demo_loss = demo_loss if hasattr(demo_loss, "state_dict") else None
         self.ckpt_dir = out_dir / CHECKPOINT_DIR
         self.resumed_from: Path | None = None
 
@@ -173,6 +177,8 @@ class _Checkpointing:
         self.learner.load_state_dict(state["learner"])
         if self.sampler is not None and state.get("sampler") is not None:
             self.sampler.load_state_dict(state["sampler"])
+        if self.demo_loss is not None and state.get("demo_loss") is not None:
+            self.demo_loss.load_state_dict(state["demo_loss"])
         checkpoint.set_rng_state(state["rng"])
         log.info("resumed from %s (round %d)", self.resumed_from, state["iteration"])
         return state["iteration"], state["real_steps"], list(state["history"])
@@ -191,6 +197,7 @@ class _Checkpointing:
             "learner": self.learner.state_dict(),
             "sampler": self.sampler.state_dict() if self.sampler is not None else None,
             "rng": checkpoint.rng_state(),
+            "demo_loss": self.demo_loss.state_dict() if self.demo_loss is not None else None,
             "iteration": iteration,
             "real_steps": real_steps,
             "history": history,
@@ -236,7 +243,7 @@ def train_rl(
     learner = make_learner(policy, cfg, group_fn, demo_loss)
     venv, owned = as_vector_env(env)
     sampler = tasks if isinstance(tasks, TaskSampler) else None
-    ckpt = _Checkpointing(out_dir, cfg, fingerprint, policy, learner, sampler, snapshots)
+    ckpt = _Checkpointing(out_dir, cfg, fingerprint, policy, learner, sampler, snapshots, demo_loss)
     iteration, real_steps, history = ckpt.resume()
     started = time.perf_counter()
     stopped_by_budget = cfg.max_real_steps is not None and real_steps >= cfg.max_real_steps

@@ -390,3 +390,51 @@ def test_the_sft_term_keeps_dpo_from_lowering_the_expert_command(quest_games, on
         out[weight] = chosen_logp(policy)
     # the expert command's log-loss (mean -log p) at least halves with the term
     assert -out[1.0] < 0.5 * -out[0.0] and out[0.0] < -0.01, out
+
+
+def test_a_resumed_run_with_the_sft_term_draws_the_uninterrupted_runs_batches(tmp_path):
+    """The demonstrations' batch sampler is checkpointed: after a kill at round 3 and a
+    resume from round 2, the weights equal an uninterrupted run's (they drifted when the
+    sampler restarted from its seed)."""
+    import copy
+
+    import torch
+
+    from components.agent.scorer import ScorerPolicy, ScorerSettings
+    from components.agent.scorer_training import Demonstration, demo_loss_fn
+    from components.agent.train import train_rl
+    from tests.agent.rl_env import INSTRUCTION, START, WORDS, MagicWordEnv, magic_task
+    from tests.factories import grpo_config
+
+    torch.set_num_threads(1)
+    demos = [
+        Demonstration(f"t{i}", Observation(INSTRUCTION, f"{START} room {i}", (), WORDS), w)
+        for i, w in enumerate(WORDS * 13)
+    ]
+    cfg = grpo_config(
+        iterations=4, tasks_per_iteration=1, rollouts_per_task=4, learning_rate=1e-2, epochs=1,
+        minibatch_size=None, save_every=2, sft_coef=1.0, drop_zero_std_groups=False,
+    )  # fmt: skip
+    base = ScorerPolicy(ScorerSettings(max_steps=2), seed=1)
+    start = copy.deepcopy(base.model.state_dict())
+
+    def run(out: str, crash_at: int | None = None) -> ScorerPolicy:
+        policy = ScorerPolicy(ScorerSettings(max_steps=2), encoder=base.encoder, seed=1)
+        policy.model.load_state_dict(start)
+
+        def log(metrics: dict, step: int) -> None:
+            if step == crash_at:
+                raise KeyboardInterrupt
+
+        train_rl(
+            policy, lambda: MagicWordEnv(max_steps=2), [magic_task()], cfg, tmp_path / out,
+            log_fn=log, demo_loss=demo_loss_fn(policy, demos, 4, 0),
+        )  # fmt: skip
+        return policy
+
+    straight = run("a")
+    with pytest.raises(KeyboardInterrupt):
+        run("b", crash_at=3)
+    resumed = run("b")
+    a, b = straight.model.state_dict(), resumed.model.state_dict()
+    assert all(a[k].allclose(b[k], atol=1e-6) for k in a)
