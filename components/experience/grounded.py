@@ -79,6 +79,7 @@ from components.experience.grounded_outcome import (  # noqa: F401
     episode_rows,
     meets,
     outcome_features,
+    steps_lost,
 )
 from components.experience.grounded_page import (
     FEEDBACK,
@@ -123,7 +124,7 @@ from components.experience.grounded_state import (  # noqa: F401
 )
 from components.experience.grounded_variants import TaskVariants
 from components.memory import OPPOSITE, EpisodeMemory
-from components.schema import Task, Trajectory, Transition
+from components.schema import Task, Trajectory
 
 MODEL_FILE = "grounded.pkl"
 FORMAT_VERSION = 1
@@ -231,15 +232,18 @@ class GroundedModel(RoomKnowledge, TaskVariants):
 
     # -- co-evolution ------------------------------------------------------------------------
 
-    def add_synthetic(self, transitions: Iterable[Transition]) -> int:
-        """Remember synthetic outcomes (later rounds replay them: a consistent dream)."""
+    def add_synthetic(self, trajectories: Iterable[Trajectory]) -> int:
+        """Remember synthetic outcomes (later rounds replay them: a consistent dream),
+        losses included: a dreamt loss must end the episode again when replayed."""
         n = 0
-        for s in transitions:
-            key = (s.task_id, world_key(s.state), s.action.lower())
-            if key in self.exact:
-                continue
-            self.synthetic[key][(s.next_state, s.reward, s.done and s.reward == 1, False)] += 1
-            n += 1
+        for traj in trajectories:
+            for s, lost in steps_lost(traj):
+                key = (s.task_id, world_key(s.state), s.action.lower())
+                if key in self.exact:
+                    continue
+                won = s.done and s.reward == 1
+                self.synthetic[key][(s.next_state, s.reward, won, lost)] += 1
+                n += 1
         return n
 
     # -- prediction --------------------------------------------------------------------------

@@ -294,9 +294,14 @@ def episode_rows(
         if not traj.steps:
             continue
         mem = EpisodeMemory.replay(traj.steps[0].instruction, traj.initial_state)
-        last = len(traj.steps) - 1
-        for i, step in enumerate(traj.steps):
-            # the episode ended without the reward and not by the step limit: lost
-            lost = i == last and not traj.success and not traj.truncated and step.done
+        for step, lost in steps_lost(traj):
             yield mem, step, lost
             mem.update(step.action, step.next_state)
+
+
+def steps_lost(traj: Trajectory) -> Iterable[tuple[Transition, bool]]:
+    """Each step of ``traj`` with whether it lost the game: the episode ended there
+    without the reward and not by the step limit."""
+    last = len(traj.steps) - 1
+    for i, step in enumerate(traj.steps):
+        yield step, i == last and not traj.success and not traj.truncated and step.done

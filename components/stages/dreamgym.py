@@ -110,7 +110,7 @@ class DreamGymRun:
 
             if resumed_at > 0:  # replay what earlier rounds dreamt, as they did
                 for i in range(resumed_at):
-                    model.add_synthetic(s for t in self._round_trajectories(i) for s in t.steps)
+                    model.add_synthetic(self._round_trajectories(i))
         else:
             self.model = None
             self.env, generate_fn = self._llm_env(exp_dir, namespace)
@@ -240,9 +240,7 @@ class DreamGymRun:
                 added = append_iteration(self.buffer, trajs, iteration, overwrite_tag=True)
                 metrics.update({f"buffer_{k}": v for k, v in added.metrics().items()})
             if self.model is not None:
-                metrics["synthetic_remembered"] = self.model.add_synthetic(
-                    s for t in trajs for s in t.steps
-                )
+                metrics["synthetic_remembered"] = self.model.add_synthetic(trajs)
         rollouts = [Rollout(e.task.task_id, e.reward) for e in batch.episodes]
         self._last[iteration] = rollouts
         cur = self.curriculum

@@ -532,11 +532,20 @@ def test_dreamt_outcomes_are_replayed_in_later_rounds(model, episodes):
         "next_state": first.next_state.replace("ground", "floor"),
         "source": "synthetic",
     }
-    dreamt = episodes[0].steps[0].model_copy(update=update)
-    assert m.add_synthetic([dreamt]) == 1
+    dreamt = episodes[0].steps[0].model_copy(update={**update, "done": False, "reward": 0})
+    assert m.add_synthetic([trajectory_of([dreamt], truncated=True)]) == 1
     again = m.predict(task, _memory(task), state, "take egg", game.admissible())
     assert again.evidence == SYNTHETIC_REPLAY and again.next_state == dreamt.next_state
-    assert m.add_synthetic([episodes[0].steps[0]]) == 0  # real outcomes are not overridden
+    assert not again.lost
+    real = trajectory_of([episodes[0].steps[0]], truncated=True)
+    assert m.add_synthetic([real]) == 0  # real outcomes are not overridden
+
+    # a dreamt loss ends the episode again when replayed (it was remembered as going on)
+    eat = {**update, "action": "eat egg", "done": True, "reward": 0}
+    lost = episodes[0].steps[0].model_copy(update=eat)
+    assert m.add_synthetic([trajectory_of([lost], truncated=False)]) == 1
+    replayed = m.predict(task, _memory(task), state, "eat egg", game.admissible())
+    assert replayed.evidence == SYNTHETIC_REPLAY and replayed.lost and not replayed.won
 
 
 def test_save_and_load_round_trip(model, tmp_path):

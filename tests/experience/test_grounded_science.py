@@ -272,7 +272,7 @@ def test_a_remembered_non_ending_is_judged_anew_for_this_episode() -> None:
     focused = _state(6, "You focus on the baby frog.", boxed=True)
     other = make_step("dreamt", 0, boxed, "focus on baby frog", focused, task_id=task.task_id,
                       instruction=INSTRUCTION, env="scienceworld")  # fmt: skip
-    assert model.add_synthetic([other]) == 1
+    assert model.add_synthetic([trajectory_of([other], truncated=True)]) == 1
     mem = EpisodeMemory.replay(INSTRUCTION, _state(6, "start"))
     mem.update("move baby frog to red box", boxed)
     out = model.predict(task, mem, boxed, "focus on baby frog", ["focus on baby frog"])
