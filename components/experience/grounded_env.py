@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
+from components.envs.episodic import normalize_command
 from components.experience.grounded import (
     EVIDENCE_KINDS,
     GroundedModel,
@@ -139,7 +140,7 @@ class GroundedVectorEnv(EpisodeSlots[_Slot]):
         start = time.perf_counter()
         out: list[StepOutput | None] = [None] * len(self._slots)
         live = [
-            (i, slot, action)
+            (i, slot, _as_listed(action, slot.admissible))
             for i, (slot, action) in enumerate(zip(self._slots, actions, strict=True))
             if not (slot.finished or action is None)
         ]
@@ -227,3 +228,12 @@ class GroundedVectorEnv(EpisodeSlots[_Slot]):
             self._counts.clear()
             self._seconds = 0.0
         return out
+
+
+def _as_listed(action: str, admissible: Sequence[str]) -> str:
+    """The listed command ``action`` means: the real envs compare commands in lower case
+    with single spaces, so "Take  cup" is "take cup" (the model's tables know only that)."""
+    if action in admissible:
+        return action
+    norm = normalize_command(action)
+    return next((a for a in admissible if normalize_command(a) == norm), action)

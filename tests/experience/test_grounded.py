@@ -674,6 +674,21 @@ def test_restart_finished_keeps_the_batch_full(model):
     assert len(env.trajectories(policy="p")) == 2 and env.active == [True, True]
 
 
+def test_a_command_in_other_case_or_spacing_is_the_listed_one(model):
+    """The real envs compare commands in lower case with single spaces: so does the dream
+    (a "Take  cup" once answered "You pick up..." and left the inventory empty)."""
+    command = _Game(0).walkthrough()[0]
+    mangled = "  ".join(command.upper().split())
+    assert _played(model, mangled) == _played(model, command)
+
+
+def _played(model, command: str) -> tuple[str, bool]:
+    env = GroundedVectorEnv(model, max_steps=4)
+    env.reset([_task(0)])
+    observation = env.step([command])[0][0]
+    return observation, env.trajectories(policy="p")[0].steps[0].valid_action
+
+
 def test_a_variant_of_a_variant_starts_from_the_real_root_game():
     from components.experience.task_generation import generated_task
     from tests.factories import make_task
