@@ -24,6 +24,8 @@ from components.config.base import (
     _Section,
 )
 
+GROUNDED_MODEL = "grounded"  # experience.model of the cpu profile (no LLM)
+
 
 class AblationConfig(_Section):
     """Switches for the paper's ablations (all False = the full method)."""
@@ -38,7 +40,7 @@ class ExperienceConfig(_Section):
     """The reasoning experience model: base model, prompt shape, SFT and fidelity settings."""
 
     model: str = Field(
-        "grounded",
+        GROUNDED_MODEL,
         description="grounded (components/experience/grounded.py) | tiny (from a config) | "
         "smollm2 (packaged GGUF) | hub name/path",
     )

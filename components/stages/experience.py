@@ -19,13 +19,15 @@ from pathlib import Path
 from typing import Any
 
 from components.artifacts import (
+    NO_REASONING,
     VARIANTS,
     base_cache_dir,
     checked_variant,
     experience_checkpoint_dir,
     experience_model_dir,
 )
-from components.config import Config, ExperienceConfig, Paths
+from components.config import Config, ConfigError, ExperienceConfig, Paths
+from components.config.experience import GROUNDED_MODEL
 from components.experience.dataset import (
     ExperienceExample,
     PromptSettings,
@@ -147,7 +149,7 @@ def load_base_model(
     )
 
 
-GROUNDED = "grounded"  # experience.model of the cpu profile (components/experience/grounded.py)
+GROUNDED = GROUNDED_MODEL  # the cpu profile's model (components/experience/grounded.py)
 
 
 def grounded_settings(cfg: Config, variant: str) -> Any:
@@ -188,6 +190,14 @@ def train_grounded(cfg: Config, paths: Paths, variant: str) -> dict[str, Any]:
     from components.experience.grounded import GroundedModel
     from components.tracking import stage_run
 
+    if cfg.ablation.no_reasoning or variant == NO_REASONING:
+        # its "reasoning" only names the evidence: the ablation would rerun the pipeline and
+        # change nothing (a check here, not in the config: every profile is validated)
+        raise ConfigError(
+            "ablation.no_reasoning: the grounded experience model (the cpu profile's) does "
+            "not reason before it predicts; the ablation needs an LLM experience model "
+            "(experience.model: tiny, smollm2 or a hub model, as in -S profile=gpu)"
+        )
     start = time.perf_counter()
     train = [t for t in _load_trajectories(paths) if t.split == "train" and t.source == "real"]
     if not train:

@@ -112,3 +112,19 @@ def test_train_then_evaluate_fidelity(tmp_path, trajectories, reasoning):
     assert (
         client.get_model_version_by_alias(REGISTERED_MODEL, "candidate").version == version.version
     )
+
+
+@pytest.mark.parametrize("variant", ["full", "no_reasoning"])
+def test_no_reasoning_is_refused_on_the_grounded_model(tmp_path, variant):
+    """The grounded model does not reason: the ablation would change nothing, so it is
+    refused in one line before any work (not silently rerun as the full method)."""
+    from components.config import ConfigError
+    from components.stages.experience import train_experience_model
+
+    cfg = load_config(ROOT / "params.yaml", profile="cpu")
+    assert cfg.experience.model == "grounded"
+    if variant == "full":
+        cfg = cfg.model_copy(update={"ablation": AblationConfig(no_reasoning=True)})
+    with pytest.raises(ConfigError, match="does not reason"):
+        train_experience_model(cfg, Paths(tmp_path), variant)
+    assert not any(tmp_path.iterdir())
