@@ -13,12 +13,14 @@ second run on the same outputs fails at once with ``OutputBusyError``.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 TMP_SUFFIX = ".tmp"
 
@@ -33,6 +35,24 @@ class InputError(ValueError):
 
 class OutputWriteError(OSError):
     """Writing an output failed (disk full, permission denied, read-only...); names the output."""
+
+
+def damaged(where: str | Path, what: str, err: BaseException | None = None) -> InputError:
+    """The one-line error for a pipeline file that cannot be read as its stage wrote it."""
+    text = str(err).strip() if err is not None else ""
+    detail = f" ({text.splitlines()[0][:200]})" if text else ""
+    return InputError(
+        f"{where}: {what}{detail}: the file is damaged; rerun the stage that writes it "
+        "(`dvc repro --force <stage>`) or restore it"
+    )
+
+
+def read_json(path: Path) -> Any:
+    """A JSON file the pipeline wrote; unreadable JSON or UTF-8 is an ``InputError``."""
+    try:
+        return json.loads(Path(path).read_text(encoding="utf-8"))
+    except ValueError as err:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+        raise damaged(path, "not valid JSON", err) from None
 
 
 def temp_path_for(path: Path) -> Path:

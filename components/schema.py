@@ -155,7 +155,7 @@ def read_jsonl(path: Path, model: type[_M]) -> Iterator[_M]:
     """
     from pydantic import ValidationError
 
-    from components.io import InputError
+    from components.io import damaged
 
     with path.open(encoding="utf-8") as f:
         lineno = 0
@@ -164,9 +164,4 @@ def read_jsonl(path: Path, model: type[_M]) -> Iterator[_M]:
                 if line.strip():
                     yield model.model_validate(json.loads(line))
         except (ValueError, ValidationError) as err:  # JSON, UTF-8 or schema
-            first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-            raise InputError(
-                f"{path}:{lineno}: not a valid {model.__name__} record ({first[:120]}): "
-                "the file is damaged; rerun the stage that writes it (`dvc repro --force "
-                "<stage>`) or restore it"
-            ) from None
+            raise damaged(f"{path}:{lineno}", f"not a valid {model.__name__} record", err) from None

@@ -292,9 +292,13 @@ def _sample_frame(path: Path, rows: int) -> Any:
     import pandas as pd
 
     if path.is_file() and path.suffix == ".parquet":
+        import pyarrow as pa
         import pyarrow.parquet as pq
 
-        batch = next(pq.ParquetFile(path).iter_batches(batch_size=max(rows, 1)), None)
+        try:
+            batch = next(pq.ParquetFile(path).iter_batches(batch_size=max(rows, 1)), None)
+        except (pa.ArrowException, OSError):  # damaged: the stage reading it says so
+            return pd.DataFrame()
         return batch.to_pandas().head(rows) if batch is not None else pd.DataFrame()
     records: list[dict[str, Any]] = []
     if path.is_file():

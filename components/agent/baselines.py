@@ -29,6 +29,7 @@ from components.agent.policy_model import SETTINGS_FILE
 from components.agent.sft_data import PolicyExample
 from components.config import AgentConfig, ExperienceConfig
 from components.config.base import fields_of
+from components.io import read_json
 
 log = logging.getLogger(__name__)
 
@@ -283,10 +284,10 @@ def load_settings(policy_dir: Path) -> PolicySettings:
     path = policy_dir / SETTINGS_FILE
     if not path.exists():
         raise FileNotFoundError(f"{path} missing: train the policy first")
-    return PolicySettings(**json.loads(path.read_text(encoding="utf-8")))
+    return PolicySettings(**read_json(path))
 
 
 def load_meta(policy_dir: Path) -> dict[str, Any]:
     """The metadata saved with a policy (empty if it has none)."""
     path = policy_dir / META_FILE
-    return json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
+    return read_json(path) if path.exists() else {}

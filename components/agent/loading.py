@@ -22,6 +22,7 @@ from components.agent.policy_model import MALFORMED_ACTION, ActResult
 from components.agent.scorer import ScorerPolicy, ScorerSettings, is_scorer_dir
 from components.config import AgentConfig, Config, ServingConfig
 from components.config.data import PAGE_ENVS
+from components.io import read_json
 
 META_FILE = "policy.json"
 log = logging.getLogger("dreamgym")
@@ -108,7 +109,7 @@ def publish_dir(src: Path, dst: Path, meta: dict[str, Any]) -> None:
 def read_meta(path: Path) -> dict[str, Any]:
     """The ``policy.json`` of a saved policy ({} when absent)."""
     f = Path(path) / META_FILE
-    return json.loads(f.read_text(encoding="utf-8")) if f.exists() else {}
+    return read_json(f) if f.exists() else {}
 
 
 class Acting:

@@ -34,6 +34,7 @@ from components.agent.policy import (
     parse_answer,
     render_prompt,
 )
+from components.io import read_json
 
 if TYPE_CHECKING:
     import torch
@@ -179,14 +180,13 @@ class PolicyModel(TrainablePolicy):
     @classmethod
     def from_dir(cls, path: Path, settings: PolicySettings | None = None, **kw: Any) -> PolicyModel:
         """A saved policy (or any saved causal LM + tokenizer directory)."""
-        import json
 
         from components.lm.models import load_pretrained_dir
 
         model, tokenizer = load_pretrained_dir(Path(path))
         stamp = Path(path) / SETTINGS_FILE
         if settings is None and stamp.exists():
-            settings = PolicySettings(**json.loads(stamp.read_text(encoding="utf-8")))
+            settings = PolicySettings(**read_json(stamp))
         return cls(model, tokenizer, settings, **kw)
 
     @classmethod

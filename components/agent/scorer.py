@@ -26,6 +26,7 @@ from components.agent.features import CachedEncoder, Decision, Design, Featurize
 from components.agent.policy import Decision as Answer
 from components.agent.policy import Observation, PolicySettings
 from components.agent.policy_model import ActResult, TokenScores, TrainablePolicy, frozen
+from components.io import read_json
 
 if TYPE_CHECKING:
     import torch
@@ -237,7 +238,7 @@ class ScorerPolicy(TrainablePolicy):
         import torch
 
         path = Path(path)
-        settings = ScorerSettings(**json.loads((path / SCORER_FILE).read_text(encoding="utf-8")))
+        settings = ScorerSettings(**read_json(path / SCORER_FILE))
         policy = cls(settings, encoder=encoder)
         state = torch.load(path / WEIGHTS_FILE, map_location="cpu", weights_only=True)
         policy.model.load_state_dict(state)

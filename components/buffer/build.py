@@ -17,6 +17,7 @@ from typing import Any
 from components.buffer.embedders import Embedder
 from components.buffer.store import ReplayBuffer
 from components.config import Config
+from components.io import damaged
 from components.schema import Trajectory, Transition
 
 SEED_TAG = "seed"
@@ -49,9 +50,13 @@ def _from_row(row: dict[str, Any]) -> Transition:
 
 
 def _read_parquet(path: Path, splits: Sequence[str] | None) -> Iterator[Transition]:
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
-    table = pq.read_table(path)
+    try:
+        table = pq.read_table(path)
+    except (pa.ArrowException, OSError) as err:  # not parquet, truncated, bad footer
+        raise damaged(path, "not a readable parquet file", err) from None
     for row in table.to_pylist():
         if splits is not None and "split" in row and row["split"] not in splits:
             continue
@@ -63,16 +68,16 @@ def _read_jsonl(path: Path, splits: Sequence[str] | None) -> Iterator[Transition
         for n, line in enumerate(f, 1):
             if not line.strip():
                 continue
-            obj = json.loads(line)
             try:
-                if "steps" in obj:  # a Trajectory line
+                obj = json.loads(line)
+                if isinstance(obj, dict) and "steps" in obj:  # a Trajectory line
                     traj = Trajectory.model_validate(obj)
                     if splits is None or traj.split in splits:
                         yield from traj.steps
                 else:
                     yield Transition.model_validate(obj)
-            except ValueError as err:
-                raise ValueError(f"{path}:{n}: not a Trajectory/Transition record: {err}") from err
+            except ValueError as err:  # JSON or schema
+                raise damaged(f"{path}:{n}", "not a Trajectory/Transition record", err) from None
 
 
 def load_transitions(path: Path, splits: Sequence[str] | None = ("train",)) -> list[Transition]:

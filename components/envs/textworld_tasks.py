@@ -44,6 +44,7 @@ from typing import Any
 
 from components.config import Config, TaskFamilyConfig
 from components.envs.base import TASKS_FILE, write_task_suite
+from components.io import read_json
 from components.schema import Split, Task, read_jsonl, stable_id
 
 log = logging.getLogger(__name__)
@@ -330,7 +331,7 @@ def _existing_meta(spec: GameSpec, games_dir: Path) -> dict[str, Any] | None:
         if not (games_dir / f"{spec.task_id}{ext}").is_file():
             return None
     try:
-        meta = json.loads(meta_file.read_text(encoding="utf-8"))
+        meta = read_json(meta_file)
     except (OSError, ValueError):
         return None
     same = meta.get("generator_version") == GENERATOR_VERSION and all(

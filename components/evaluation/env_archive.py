@@ -25,7 +25,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from components.io import atomic_outputs
+from components.io import InputError, atomic_outputs
 
 ARCHIVE_ROOT = Path("reports") / "envs"
 ARCHIVE_NOTE = "archive.json"  # written by archive_env: source, provenance, files
@@ -56,15 +56,15 @@ class Archived:
 
 
 def read_json_object(path: Path) -> dict[str, Any] | None:
-    """A JSON object file (None if absent); a one-line ``ValueError`` if it is not one."""
+    """A JSON object file (None if absent); a one-line ``InputError`` if it is not one."""
     if not path.exists():
         return None
     try:
         doc = json.loads(path.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise ValueError(f"{path}: not valid JSON ({err}); fix or delete it") from None
+        raise InputError(f"{path}: not valid JSON ({err}); fix or delete it") from None
     if not isinstance(doc, dict):
-        raise ValueError(f"{path}: not a JSON object; fix or delete it")
+        raise InputError(f"{path}: not a JSON object; fix or delete it")
     return doc
 
 

@@ -40,6 +40,8 @@ from typing import Any
 
 import numpy as np
 
+from components.io import read_json
+
 FORMULA = (
     "bound = surrogate_gain - 4*H^2*KL - 2*(H*eps_R + H^2*eps_P); "
     "H = mean episode length, rewards in [0, 1]"
@@ -218,7 +220,7 @@ def write_theorem1(
 
 def load_records(path: Path) -> list[IterationTerms]:
     """The per-iteration records back from a theorem1.json."""
-    doc = json.loads(path.read_text(encoding="utf-8"))
+    doc = read_json(path)
     fields = IterationTerms.__dataclass_fields__
     return [
         IterationTerms(**{k: v for k, v in row.items() if k in fields}) for row in doc["iterations"]

@@ -23,6 +23,7 @@ from typing import Any
 from components.agent.checkpoint import same_run
 from components.config import ExperienceConfig
 from components.experience.dataset import ExperienceExample
+from components.io import read_json
 from components.lm.training import (
     lora_config,
     run_fields,
@@ -261,4 +262,4 @@ def load_meta(model_dir: Path) -> dict[str, Any]:
     path = model_dir / META_FILE
     if not path.exists():
         raise FileNotFoundError(f"{path} missing: train the experience model first")
-    return json.loads(path.read_text(encoding="utf-8"))
+    return read_json(path)

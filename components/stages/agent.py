@@ -32,7 +32,7 @@ from components.artifacts import (
     seed_dir,
 )
 from components.config import Config, Paths
-from components.io import atomic_outputs
+from components.io import atomic_outputs, read_json
 from components.schema import Trajectory, read_jsonl
 from components.stages.common import alias_tags, json_text, numbers, write_json
 
@@ -214,7 +214,7 @@ def training_real_steps(paths: Paths, method: str) -> float | None:
         return 0
     path = agent_metrics_file(paths, method)
     if path.exists():
-        value = json.loads(path.read_text(encoding="utf-8")).get("real_steps")
+        value = read_json(path).get("real_steps")
         return value if value is not None else None
     return None  # unknown: never invented
 
@@ -394,10 +394,8 @@ def build_table1(cfg: Config, paths: Paths) -> dict[str, Any]:
     table["_headline"] = "sampled"
     # one file for every env: the other envs' rows (their own runs) stay (dvc.yaml: persist)
     previous = paths.metrics / TABLE1_METRICS
-    try:
-        old = json.loads(previous.read_text(encoding="utf-8")) if previous.exists() else {}
-    except json.JSONDecodeError as err:  # never drop the other envs' rows silently
-        raise ValueError(f"{previous}: not valid JSON ({err}); fix or delete it") from err
+    # a damaged file stops the stage (never drop the other envs' rows silently)
+    old = read_json(previous) if previous.exists() else {}
     table = keep_other_envs(table, old, cfg.env.name)
     text = markdown(table)
     # the one-screen part of Table 1 that `dvc metrics show` / `dvc exp show` print

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from components.config import Config, Paths
+from components.io import read_json
 from components.schema import Task, Trajectory, read_jsonl, write_jsonl
 
 ROUNDS_DIR = "rounds"  # per-round curriculum state + metrics (in the checkpoint dir)
@@ -211,7 +212,7 @@ class DreamGymRun:
             batch = cur.first_batch()
         else:
             if iteration - 1 not in self._last:  # resumed: restore the curriculum
-                saved = json.loads(self._round_file(iteration - 1).read_text(encoding="utf-8"))
+                saved = read_json(self._round_file(iteration - 1))
                 cur.load_state_dict(saved)
                 self._last[iteration - 1] = [Rollout(*r) for r in saved["rollouts"]]
             batch = cur.next_batch(self._last.pop(iteration - 1), iteration)
@@ -256,10 +257,7 @@ class DreamGymRun:
         self, rounds: int
     ) -> tuple[list[Trajectory], list[dict[str, float]], dict[str, Any]]:
         """(every round's synthetic trajectories, per-round metrics, run summary)."""
-        extras = [
-            json.loads(self._round_file(i).read_text(encoding="utf-8"))["metrics"]
-            for i in range(rounds)
-        ]
+        extras = [read_json(self._round_file(i))["metrics"] for i in range(rounds)]
         trajs = [t for i in range(rounds) for t in self._round_trajectories(i)]
         steps = sum(len(t.steps) for t in trajs)
         out: dict[str, Any] = {

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from components.io import read_json
 from components.schema import Task, Trajectory, read_jsonl, stable_id, write_jsonl
 
 log = logging.getLogger("dreamgym")
@@ -116,7 +117,7 @@ def explore_rollouts(
     saved = out_dir / f"walks-{key}.jsonl"
     done = saved.with_suffix(".json")
     if done.exists():
-        return list(read_jsonl(saved, Trajectory)), int(json.loads(done.read_text())["steps"])
+        return list(read_jsonl(saved, Trajectory)), int(read_json(done)["steps"])
     env = EnvList(factory=env_factory)
     walks: list[Trajectory] = []
     try:

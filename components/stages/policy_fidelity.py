@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from components.config import Config, Paths
+from components.io import read_json
 from components.schema import Task
 from components.stages.common import numbers, write_json
 
@@ -232,10 +233,8 @@ def _flat(doc: dict[str, Any]) -> dict[str, float]:
 
 def _merge(path: Path, env: str, doc: dict[str, Any], keep: Any) -> dict[str, Any]:
     """``{env: doc}`` with the other envs' figures of ``path`` kept (dvc.yaml: persist)."""
-    try:
-        old = json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
-    except json.JSONDecodeError as err:  # never drop the other envs' figures silently
-        raise ValueError(f"{path}: not valid JSON ({err}); fix or delete it") from err
+    # a damaged file stops the stage (never drop the other envs' figures silently)
+    old = read_json(path) if path.exists() else {}
     prov = doc.pop("_provenance")
     return keep({env: doc, "_provenance": prov}, old, env)
 

@@ -13,11 +13,11 @@ is the same thing for a ``make run`` / ``dvc repro`` user (``dreamgym promote``)
 
 from __future__ import annotations
 
-import json
 import logging
 from typing import TYPE_CHECKING, Any
 
 from components.config import Config, Paths
+from components.io import read_json
 
 if TYPE_CHECKING:
     from components.evaluation.promotion import Decision
@@ -49,7 +49,7 @@ def promote_policy(cfg: Config, paths: Paths) -> Decision:
     table1_file = paths.metrics / TABLE1_METRICS
     if not table1_file.exists():
         raise FileNotFoundError(f"{table1_file} missing: run `dreamgym table1` (or make run)")
-    table1 = json.loads(table1_file.read_text(encoding="utf-8"))
+    table1 = read_json(table1_file)
     decision = apply_policy_promotion(
         paths.root,
         table1,

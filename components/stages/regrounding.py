@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from components.config import Config, Paths
+from components.io import read_json
 from components.schema import Task, Trajectory, read_jsonl, stable_id, write_jsonl
 
 log = logging.getLogger("dreamgym")
@@ -108,7 +109,7 @@ def probe_rollouts(
     saved = out_dir / f"probes-{key}.jsonl"
     done = saved.with_suffix(".json")
     if done.exists():
-        return list(read_jsonl(saved, Trajectory)), int(json.loads(done.read_text())["steps"])
+        return list(read_jsonl(saved, Trajectory)), int(read_json(done)["steps"])
     order = list(tasks)
     random.Random(seed_int(algo_cfg.seed, "probe", seed)).shuffle(order)
     env = CappedEnvList(env_factory, budget=cap)

@@ -62,6 +62,7 @@ from components.artifacts import (
 )
 from components.config import Config, Paths, RLAlgoConfig
 from components.envs.vector import CappedEnvList
+from components.io import read_json
 from components.schema import Task, Trajectory, read_jsonl, write_jsonl
 from components.stages.agent import log_seeds, register, seed_summary
 from components.stages.common import numbers, write_json
@@ -112,7 +113,7 @@ def s2r_cap(cfg: Config, paths: Paths, algo: str, seed: int) -> tuple[int, int]:
     ref_file = agent_metrics_file(paths, real_method(algo))
     if not ref_file.exists():
         raise FileNotFoundError(f"{ref_file} missing: run `dreamgym train-rl-real --algo {algo}`")
-    ref = json.loads(ref_file.read_text(encoding="utf-8"))
+    ref = read_json(ref_file)
     per_seed = ref.get("per_seed", {}).get(str(seed))
     if per_seed is None:
         raise FileNotFoundError(f"{ref_file} has no seed {seed}: rerun train-rl-real")

@@ -38,7 +38,7 @@ from components.artifacts import (
 )
 from components.config import Config, Paths
 from components.config.data import SCORED_ENVS, RewardMode
-from components.io import InputError
+from components.io import InputError, read_json
 from components.stages.common import numbers, write_json
 
 log = logging.getLogger("dreamgym")
@@ -67,7 +67,7 @@ def _source_success(source: Paths, env: str, method: str) -> float | None:
     path = source.metrics / "table1.json"
     if not path.exists():
         return None
-    row = json.loads(path.read_text(encoding="utf-8")).get(env, {}).get(method)
+    row = read_json(path).get(env, {}).get(method)
     return row.get("success") if row else None
 
 
@@ -227,7 +227,7 @@ def transfer(
         previous: dict[str, Any] = {}
         if out.exists():
             try:
-                previous = json.loads(out.read_text(encoding="utf-8"))
+                previous = read_json(out)
             except json.JSONDecodeError as err:  # never drop the other directions silently
                 raise ValueError(f"{out}: not valid JSON ({err}); fix or delete it") from err
         write_json(out, {**previous, key: entry})
@@ -253,5 +253,5 @@ def _table_provenance(paths: Paths, env: str) -> Any:
     path = paths.metrics / "table1.json"
     if not path.exists():
         return None
-    table = json.loads(path.read_text(encoding="utf-8"))
+    table = read_json(path)
     return table.get("_provenance_by_env", {}).get(env) or table.get("_provenance")

@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 HEAVY = ("torch", "transformers", "trl", "mlflow", "great_expectations", "lancedb", "textworld")
 
@@ -153,3 +155,27 @@ def test_a_damaged_intermediate_file_is_one_line_naming_its_line(tmp_path: Path)
     assert out.returncode == 1 and "Traceback" not in out.stderr
     assert "tasks.jsonl:1: not a valid Task record" in out.stderr
     assert len(out.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize(
+    ("command", "damaged_file", "content"),
+    [
+        ("promote", "metrics/table1.json", '{"textworld": {bad'),
+        ("build-buffer", "data/ingested/transitions.parquet", "PAR1 not parquet"),
+    ],
+)
+def test_a_damaged_json_or_parquet_output_is_one_line(tmp_path, command, damaged_file, content):
+    from tests.factories import make_task
+
+    tasks = tmp_path / "data" / "tasks" / "tasks.jsonl"
+    tasks.parent.mkdir(parents=True)
+    tasks.write_text(make_task("t1", "do x", 1).model_dump_json() + "\n")
+    path = tmp_path / damaged_file
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(content)
+    out = _cli(command, "--root", str(tmp_path), cwd=tmp_path)
+    assert out.returncode == 1 and "Traceback" not in out.stderr, out.stderr
+    errors = [line for line in out.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and out.stderr.strip().splitlines()[-1] == errors[0]
+    assert f"{damaged_file}: not " in errors[0] and "the file is damaged" in errors[0]
+    assert path.read_text() == content  # nothing overwritten
