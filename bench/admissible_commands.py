@@ -22,6 +22,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from bench.common import bench_parser
+
 RESULTS = Path("bench/results/admissible_commands.json")
 TRAJECTORIES = Path("data/ingested/trajectories.jsonl")
 TASKS_FILE = Path("data/tasks/tasks.jsonl")
@@ -140,4 +142,5 @@ def main() -> dict[str, Any]:
 
 
 if __name__ == "__main__":
+    bench_parser("bench.admissible_commands", __doc__).parse_args()
     main()

@@ -19,6 +19,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench.common import bench_parser
+
 RESULTS = Path("bench/results/answer_tree.json")
 PASSES = 3  # sampled evaluation passes over the test games (agent.eval.passes)
 REPEATS = 20  # copies of the suite's games per pass, so a pass is long enough to time
@@ -89,4 +91,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    bench_parser("bench.answer_tree", __doc__).parse_args()
     main()

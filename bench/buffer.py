@@ -19,6 +19,11 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from bench.common import bench_parser
+
+if __name__ == "__main__":  # before numpy and lancedb load: --help returns at once
+    bench_parser("bench.buffer", __doc__).parse_args()
+
 import numpy as np
 
 from components.buffer.embedders import (

@@ -10,6 +10,8 @@ import sys
 import time
 from pathlib import Path
 
+from bench.common import bench_parser
+
 RESULTS = Path("bench/results")
 
 
@@ -33,4 +35,5 @@ def main(repeats: int = 5) -> dict:
 
 
 if __name__ == "__main__":
+    bench_parser("bench.cli", __doc__).parse_args()
     main()

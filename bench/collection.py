@@ -17,6 +17,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench.common import bench_parser
+
 RESULTS = Path("bench/results")
 MIN_SECONDS = 8.0  # per stepping measurement
 REPLAY_CALLS = 300
@@ -155,4 +157,5 @@ def main() -> dict[str, Any]:
 
 
 if __name__ == "__main__":
+    bench_parser("bench.collection", __doc__).parse_args()
     main()

@@ -22,6 +22,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from bench.common import bench_parser
+
 RESULTS = Path("bench/results/counterfactual_wins.json")
 MODEL_DIR = Path("models/experience/full")
 MAX_STEPS = 30  # longer than any walkthrough of the cpu suite
@@ -133,4 +135,5 @@ def main() -> dict[str, Any]:
 
 
 if __name__ == "__main__":
+    bench_parser("bench.counterfactual_wins", __doc__).parse_args()
     main()

@@ -28,7 +28,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from bench.common import cpu_name
+from bench.common import bench_parser, cpu_name
 from components.cpu_kernels import AVX2_ENV
 
 RESULTS = Path("bench/results/cpu_kernels.json")
@@ -146,4 +146,9 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    bench_parser(
+        "bench.cpu_kernels",
+        __doc__,
+        env={"BENCH_KERNEL_REPEATS": "rounds over the modes; each time is the median (default 3)"},
+    ).parse_args()
     main()

@@ -26,6 +26,8 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+from bench.common import bench_parser
+
 RESULTS = Path(os.environ.get("BENCH_GPU_OUT", "bench/results")) / "gpu_decode_profile.json"
 BACKENDS = os.environ.get(
     "BENCH_PROFILE_BACKENDS", "graph_triton_compiled,graph_fused,graph_fused_pdl"
@@ -145,4 +147,15 @@ def main() -> dict[str, Any] | None:
 
 
 if __name__ == "__main__":
+    bench_parser(
+        "bench.decode_profile",
+        __doc__,
+        env={
+            "BENCH_GPU_OUT": "folder of gpu_decode_profile.json (default bench/results)",
+            "BENCH_PROFILE_BACKENDS": "graph backends of bench.gpu_decode to profile, "
+            "comma-separated (default graph_triton_compiled,graph_fused,graph_fused_pdl)",
+            "BENCH_PROFILE_PROMPTS": "prompt lengths, comma-separated (default 512,2048)",
+            "BENCH_GPU_BATCH": "rows decoded together (default 256)",
+        },
+    ).parse_args()
     main()

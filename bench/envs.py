@@ -19,6 +19,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from bench.common import bench_parser
+
 RESULTS = Path("bench/results")
 MIN_SECONDS = 8.0
 
@@ -197,4 +199,5 @@ def main() -> dict[str, Any]:
 
 
 if __name__ == "__main__":
+    bench_parser("bench.envs", __doc__).parse_args()
     main()

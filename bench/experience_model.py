@@ -16,11 +16,12 @@ import json
 import os
 import platform
 import shutil
-import sys
 import time
 from importlib import metadata
 from pathlib import Path
 from typing import Any
+
+from bench.common import bench_parser
 
 RESULTS = Path("bench/results/experience_model_choice.json")
 BUDGET_MINUTES = float(os.environ.get("BENCH_EXPERIENCE_MINUTES", "12"))
@@ -293,4 +294,22 @@ def main(names: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    parser = bench_parser(
+        "bench.experience_model",
+        __doc__,
+        env={
+            "BENCH_EXPERIENCE_MINUTES": "training budget per candidate, minutes (default 12)",
+            "BENCH_EXPERIENCE_EVAL": "validation transitions scored (default 200)",
+            "BENCH_EXPERIENCE_BUFFER": "the replay buffer retrieved from (default data/buffer)",
+            "BENCH_EXPERIENCE_WORK": "scratch folder (default /tmp/dreamgym-bench-experience)",
+            "BENCH_TORCH_THREADS": "torch threads (default 1)",
+        },
+    )
+    parser.add_argument(
+        "candidates",
+        nargs="*",
+        metavar="CANDIDATE",
+        help=f"candidates to train, in order (default: all of {', '.join(CANDIDATES)}); "
+        "`compare` alone recomputes the comparison from the stored results",
+    )
+    main(parser.parse_args().candidates)

@@ -33,6 +33,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from bench.common import bench_parser
+
 RESULTS = Path("bench/results")
 MODEL_DIRS = tuple(
     Path(p)
@@ -540,4 +542,15 @@ def profile_notes(r: dict[str, Any]) -> str:
 
 
 if __name__ == "__main__":
+    bench_parser(
+        "bench.generation",
+        __doc__,
+        env={
+            "BENCH_GEN_MODEL": "model folder tried first (then models/experience/full, "
+            "models/experience)",
+            "BENCH_GEN_MAX_NEW": "max new tokens per answer (default 384)",
+            "BENCH_GEN_REPEATS": "runs per measurement, the best reported (default 2)",
+            "BENCH_GEN_SFT_STEPS": "SFT steps timed for the training rate (default 6)",
+        },
+    ).parse_args()
     main()

@@ -52,6 +52,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench.common import bench_parser
+
 RESULTS = Path(os.environ.get("BENCH_GPU_OUT", "bench/results")) / "gpu_decode.json"
 BATCH = int(os.environ.get("BENCH_GPU_BATCH", "256"))
 NEW_TOKENS = int(os.environ.get("BENCH_GPU_NEW", "256"))
@@ -298,4 +300,17 @@ def main() -> dict[str, Any] | None:
 
 
 if __name__ == "__main__":
+    bench_parser(
+        "bench.gpu_decode",
+        __doc__,
+        env={
+            "BENCH_GPU_OUT": "folder of gpu_decode.json (default bench/results)",
+            "BENCH_GPU_BATCH": "rows decoded together (default 256)",
+            "BENCH_GPU_NEW": "tokens decoded per row (default 256)",
+            "BENCH_GPU_PROMPTS": "prompt lengths, comma-separated "
+            "(default 512,1024,2048,3072,4096)",
+            "BENCH_GPU_BACKENDS": "the backends to measure, comma-separated (default: all of "
+            f"hf_generate, {', '.join(GRAPH_BACKENDS)})",
+        },
+    ).parse_args()
     main()

@@ -30,6 +30,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench.common import bench_parser
+
 RESULTS = Path("bench/results/policy_designs.json")
 SEEDS = tuple(int(s) for s in os.environ.get("BENCH_DESIGN_SEEDS", "0,1,2").split(","))
 SPLIT = "validation"
@@ -102,4 +104,9 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    bench_parser(
+        "bench.policy_designs",
+        __doc__,
+        env={"BENCH_DESIGN_SEEDS": "training seeds per design, comma-separated (default 0,1,2)"},
+    ).parse_args()
     main()

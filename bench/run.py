@@ -6,6 +6,8 @@ import importlib
 import sys
 import time
 
+from bench.common import bench_parser
+
 BENCHMARKS = (
     "bench.cli",
     "bench.collection",
@@ -47,4 +49,11 @@ def main(names: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    parser = bench_parser("bench.run", __doc__)
+    parser.add_argument(
+        "names",
+        nargs="*",
+        metavar="MODULE",
+        help=f"benchmark modules to run, in order (default: all of {', '.join(BENCHMARKS)})",
+    )
+    sys.exit(main(parser.parse_args().names))

@@ -21,7 +21,6 @@ under ``models/policy/selection_<name>/`` beside the run's. Neither is a DVC out
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import time
@@ -29,6 +28,8 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
+
+from bench.common import bench_parser
 
 SUITE = Path("data/selection")
 RETRAINED = "selection_"  # retrained variants publish as models/policy/selection_<name>
@@ -222,10 +223,7 @@ def table(summaries: Path) -> str:
 
 def main(argv: Sequence[str] | None = None) -> None:
     """The command line (see the module docstring)."""
-    parser = argparse.ArgumentParser(
-        prog="python -m bench.selection",
-        description="Choose settings on fresh games, never on the test games.",
-    )
+    parser = bench_parser("bench.selection", __doc__)
     parser.add_argument("--suite", type=Path, default=SUITE, help="where the suite lives")
     sub = parser.add_subparsers(dest="command", required=True)
     gen = sub.add_parser("generate", help="generate the suite's games")

@@ -23,6 +23,8 @@ from typing import Any
 
 import yaml
 
+from bench.common import bench_parser
+
 RESULTS = Path("bench/results")
 PROFILE = "cpu"
 FULL_RUN_SHARE = 0.5  # a run this fraction of the longest one counts as a full run
@@ -131,4 +133,5 @@ def main() -> dict[str, Any]:
 
 
 if __name__ == "__main__":
+    bench_parser("bench.stages", __doc__).parse_args()
     main()

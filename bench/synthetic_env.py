@@ -52,6 +52,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from bench.common import bench_parser
+
 RESULTS = Path("bench/results/synthetic_env.json")
 MODEL_DIR = Path(os.environ.get("BENCH_SYNTH_MODEL", "models/experience/full"))
 TRAJECTORIES = Path(os.environ.get("BENCH_SYNTH_TRAJECTORIES", "data/ingested/trajectories.jsonl"))
@@ -492,4 +494,20 @@ def main() -> dict[str, Any]:
 
 
 if __name__ == "__main__":
+    bench_parser(
+        "bench.synthetic_env",
+        __doc__,
+        env={
+            "BENCH_SYNTH_MODEL": "grounded model folder (default models/experience/full)",
+            "BENCH_SYNTH_TRAJECTORIES": "recorded trajectories "
+            "(default data/ingested/trajectories.jsonl)",
+            "BENCH_SYNTH_SECONDS": "time budget per batch size (default 20)",
+            "BENCH_SYNTH_BATCHES": "batch sizes, comma-separated (default 1,8,32,128)",
+            "BENCH_SYNTH_PROFILE": "1: profile the step calls (the default), else 0",
+            "BENCH_SYNTH_THREADS": "torch threads (default 1)",
+            "BENCH_REAL_SECONDS": "time budget per real env (default 20)",
+            "BENCH_REAL_ENVS": "real envs, comma-separated "
+            "(default textworld,scienceworld,miniwob)",
+        },
+    ).parse_args()
     main()

@@ -26,7 +26,6 @@ Writes ``bench/results/task_scarcity.json``.
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import time
@@ -34,6 +33,7 @@ from collections.abc import Collection, Sequence
 from pathlib import Path
 from typing import Any
 
+from bench.common import bench_parser
 from bench.selection import (
     RETRAINED,
     SEEDS,
@@ -145,10 +145,7 @@ def summarise(path: Path, seeds: Collection[int] | None = None) -> dict[str, Any
 
 def main(argv: Sequence[str] | None = None) -> None:
     """The command line (see the module docstring)."""
-    parser = argparse.ArgumentParser(
-        prog="python -m bench.task_scarcity",
-        description="DreamGym GRPO with and without generated tasks, per real task budget.",
-    )
+    parser = bench_parser("bench.task_scarcity", __doc__)
     parser.add_argument(
         "--budgets",
         default="8,16,24,32,64,0",

@@ -22,6 +22,8 @@ from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
 
+from bench.common import bench_parser
+
 RESULTS = Path("bench/results/verdicts_{env}.json")  # one file per env's project
 TRAJECTORIES = Path("data/ingested/trajectories.jsonl")
 TASKS_FILE = Path("data/tasks/tasks.jsonl")
@@ -117,4 +119,5 @@ def main() -> dict[str, Any]:
 
 
 if __name__ == "__main__":
+    bench_parser("bench.verdicts", __doc__).parse_args()
     main()
