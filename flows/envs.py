@@ -12,9 +12,10 @@ in its workspace as one Prefect task, submitted to the task runner that
   the same filesystem path).
 
 Inside its task an env pipeline is exactly the ``pipeline`` flow's: ``dvc repro`` per
-stage in dependency order, retries for simulator/API stages, the ``accelerator`` tag on
-training stages (a Prefect concurrency limit on that tag serialises the GPU work of every
-env), all under one MLflow parent run in the workspace's own ``mlflow.db``.
+stage in dependency order, retries for the I/O-bound stages only (flows/stages.py
+``IO_STAGES``), the ``accelerator`` tag on every other stage, training and evaluation
+alike (a Prefect concurrency limit on that tag serialises them across envs), all under
+one MLflow parent run in the workspace's own ``mlflow.db``.
 
 Archive: as soon as an env pipeline that ran the ``table1`` stage has succeeded, the flow
 (in its own process, one env at a time) archives that env's run into the project
@@ -33,6 +34,8 @@ from __future__ import annotations
 import argparse
 import os
 import socket
+import tempfile
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -41,11 +44,19 @@ from prefect import flow, get_run_logger, task
 from prefect.futures import as_completed
 from prefect.task_runners import ThreadPoolTaskRunner
 
-from components.config import PARAMS_FILE, TASK_RUNNERS, OrchestrationConfig, load_config
+from components.config import (
+    ENV_NAMES,
+    PARAMS_FILE,
+    TASK_RUNNERS,
+    ConfigError,
+    OrchestrationConfig,
+    load_config,
+)
+from flows.cli import one_line_errors
 from flows.pipeline import FIDELITY_STAGE, TABLE1_STAGE, _run, promote_experience_model
 from flows.pipeline import promote_policy as _promote_policy
-from flows.stages import stage_order
-from flows.workspaces import prepare_workspace, uncommitted_code
+from flows.stages import DVC_FILE, stage_order
+from flows.workspaces import git, prepare_workspace, render_params, uncommitted_code
 
 ENV_KEY = "env.name"
 
@@ -67,6 +78,45 @@ def make_task_runner(orch: OrchestrationConfig, name: str | None = None) -> Any:
     # subprocesses; no dashboard (no port to collide with, no bokeh needed)
     cluster = {"n_workers": orch.dask_workers, "threads_per_worker": 1, "processes": True}
     return DaskTaskRunner(cluster_kwargs={**cluster, "dashboard_address": None})
+
+
+def head_stages(root: Path) -> list[str]:
+    """The stages of HEAD's dvc.yaml (the one every workspace runs), in pipeline order."""
+    with tempfile.TemporaryDirectory(prefix="dreamgym-dvc-") as tmp:
+        (Path(tmp) / DVC_FILE).write_text(git(root, "show", f"HEAD:{DVC_FILE}"), encoding="utf-8")
+        return stage_order(Path(tmp))
+
+
+def check_request(
+    root: Path,
+    envs: Sequence[str] | None,
+    stages: Sequence[str] | None,
+    sets: Mapping[str, Any],
+) -> list[str]:
+    """The envs to run (``envs``, default ``orchestration.envs``) once the request is valid:
+    every env known and named once, every stage in HEAD's dvc.yaml, every workspace's
+    params.yaml (the project's with ``sets`` and the env) valid. Otherwise a one-line
+    ``ConfigError`` (or ``WorkspaceError``), and nothing is created: no worktree, no folder.
+    """
+    project = load_config(root / PARAMS_FILE)  # the project's own params.yaml first
+    names = list(envs or project.orchestration.envs)
+    unknown = [name for name in names if name not in ENV_NAMES]
+    if unknown:
+        shown = ", ".join(repr(name) for name in unknown)
+        raise ConfigError(
+            f"unknown env{'s' if len(unknown) > 1 else ''} {shown}; known: {', '.join(ENV_NAMES)}"
+        )
+    twice = sorted({name for name in names if names.count(name) > 1})
+    if twice:
+        raise ConfigError(f"an env is listed twice: {', '.join(twice)}")
+    if stages:
+        known = head_stages(root)
+        wrong = sorted(set(stages) - set(known))
+        if wrong:
+            raise ConfigError(f"unknown stages {wrong}; dvc.yaml has {known}")
+    for name in names:
+        render_params(root / PARAMS_FILE, {**sets, ENV_KEY: name})
+    return names
 
 
 @task(name="env-pipeline", task_run_name="{env}")
@@ -156,23 +206,19 @@ def envs_pipeline(
     ``profile`` and ``overrides`` (dotted keys, e.g. ``{"agent.seeds": [0]}``) go into
     every workspace's params.yaml; ``task_runner`` overrides ``orchestration.task_runner``.
     """
-    logger = get_run_logger()
     root_path = Path(root).resolve()
     orch = load_config(root_path / PARAMS_FILE).orchestration
-    names = list(envs or orch.envs)
-    if len(set(names)) != len(names):
-        raise ValueError(f"an env is listed twice: {names}")
+    sets = {**({"profile": profile} if profile else {}), **(overrides or {})}
+    # an unknown env, stage or parameter is refused before any workspace is created
+    names = check_request(root_path, envs, stages, sets)
     runner = make_task_runner(orch, task_runner)
+    logger = get_run_logger()
     unsaved = uncommitted_code(root_path)
     if unsaved:
         logger.warning("the workspaces run HEAD's code, without your changes to %s", unsaved[:5])
-    sets = {**({"profile": profile} if profile else {}), **(overrides or {})}
     workspaces: dict[str, str] = {}
     for env in names:  # before fanning out: git locks its worktree list
         ws = prepare_workspace(root_path, Path(orch.workspaces) / env, {**sets, ENV_KEY: env})
-        unknown = sorted(set(stages or ()) - set(stage_order(ws)))
-        if unknown:
-            raise ValueError(f"unknown stages {unknown}; dvc.yaml has {stage_order(ws)}")
         workspaces[env] = str(ws)
         logger.info("env %s: workspace %s", env, ws)
     logger.info("task runner: %s", task_runner or orch.task_runner)
@@ -198,12 +244,19 @@ def _api_for_workers() -> Any:
 
 
 def main(argv: list[str] | None = None) -> dict[str, dict[str, Any]]:
-    """``python -m flows.envs [--env E ...] [--task-runner dask] [--stage S ...] ...``"""
+    """``python -m flows.envs [--env E ...] [--task-runner dask] [--stage S ...] ...``
+
+    An unknown env, stage or parameter ends it with one ``error:`` line and exit code 2
+    before any Prefect run or workspace (flows/cli.py)."""
     parser = argparse.ArgumentParser(
         prog="python -m flows.envs", description=__doc__.split("\n")[0]
     )
     parser.add_argument("--root", default=".", help="project root (default: .)")
-    parser.add_argument("--env", action="append", help="an env (repeatable; orchestration.envs)")
+    parser.add_argument(
+        "--env",
+        action="append",
+        help=f"an env (repeatable; default: orchestration.envs): {', '.join(ENV_NAMES)}",
+    )
     parser.add_argument("--stage", action="append", help="a dvc.yaml stage (repeatable; all)")
     parser.add_argument("--task-runner", choices=TASK_RUNNERS, help="orchestration.task_runner")
     parser.add_argument("--profile", help="the workspaces' profile (ci, cpu, gpu)")
@@ -219,16 +272,19 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, Any]]:
         if not sep:
             parser.error(f"--set {item!r}: expected KEY=VALUE")
         overrides[key] = yaml.safe_load(value)
-    return envs_pipeline(
-        root=args.root,
-        envs=args.env,
-        stages=args.stage,
-        force=args.force,
-        profile=args.profile,
-        overrides=overrides,
-        task_runner=args.task_runner,
-        promote=not args.no_promote,
-    )
+    sets = {**({"profile": args.profile} if args.profile else {}), **overrides}
+    with one_line_errors():
+        check_request(Path(args.root).resolve(), args.env, args.stage, sets)
+        return envs_pipeline(
+            root=args.root,
+            envs=args.env,
+            stages=args.stage,
+            force=args.force,
+            profile=args.profile,
+            overrides=overrides,
+            task_runner=args.task_runner,
+            promote=not args.no_promote,
+        )
 
 
 if __name__ == "__main__":

@@ -9,14 +9,16 @@ components/evaluation/promotion.py).
 
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from prefect import flow, get_run_logger
 
-from components.config import PARAMS_FILE
+from components.config import PARAMS_FILE, ConfigError
 from components.tracking import pipeline_run
-from flows.stages import family_stages, run_stages, stage_order, with_upstream
+from flows.cli import one_line_errors
+from flows.stages import DVC_FILE, family_stages, run_stages, stage_order, with_upstream
 
 if TYPE_CHECKING:
     from components.evaluation.promotion import Decision
@@ -139,5 +141,42 @@ def promote_policy(root: Path) -> Decision:
     return decision
 
 
+def main(argv: list[str] | None = None) -> list[str]:
+    """``python -m flows.pipeline [--stage S ...] [--force] [--no-promote] [--root R]``
+
+    The ``pipeline`` flow in this process (ephemeral Prefect server unless
+    ``PREFECT_API_URL`` is set). A missing dvc.yaml or an unknown stage ends it with one
+    ``error:`` line and exit code 2 before any Prefect run (flows/cli.py)."""
+    parser = argparse.ArgumentParser(
+        prog="python -m flows.pipeline",
+        description="Run the DVC stages (default: all) in dependency order as Prefect tasks, "
+        "under one MLflow parent run; then the promotion rules.",
+    )
+    parser.add_argument("--root", default=".", help="project root (default: .)")
+    parser.add_argument(
+        "--stage",
+        action="append",
+        help="a dvc.yaml stage (repeatable; default: all); the stale stages upstream of it "
+        "run first",
+    )
+    parser.add_argument(
+        "--force", action="store_true", help="rerun only the given stages, even if fresh"
+    )
+    parser.add_argument("--no-promote", action="store_true", help="skip the promotion rules")
+    args = parser.parse_args(argv)
+    root = Path(args.root).resolve()
+    with one_line_errors():
+        if not (root / DVC_FILE).is_file():
+            where = root / DVC_FILE
+            raise ConfigError(f"{where} not found (run from the project root or pass --root)")
+        known = stage_order(root)
+        unknown = sorted(set(args.stage or ()) - set(known))
+        if unknown:
+            raise ConfigError(f"unknown stages {unknown}; dvc.yaml has {known}")
+        return pipeline(
+            root=str(root), stages=args.stage, force=args.force, promote=not args.no_promote
+        )
+
+
 if __name__ == "__main__":
-    pipeline()
+    main()

@@ -1,10 +1,15 @@
 """Prefect tasks over DVC stages, which family each stage belongs to, and their order.
 
 Each stage runs as ``dvc repro <stage>``, so DVC decides what is stale and a rerun with
-nothing changed does nothing. Stages that talk to external processes (simulators, APIs)
-retry; training stages do not (a retry would only repeat a deterministic failure) and
-are tagged ``accelerator`` so a Prefect tag concurrency limit serialises them
-(``prefect concurrency-limit create accelerator 1``).
+nothing changed does nothing. Only the I/O-bound stages retry (``IO_STAGES``: task
+generation and collection from the envs, teacher annotation, the judge; an env server or
+API may fail for a moment). Every other stage is compute-bound and never retries (a retry
+would only repeat a deterministic failure): training, and the evaluation stages that run
+the policies and the experience model on the real simulators (``evaluate_random``,
+``evaluate_policy``, ``theorem1``, ``policy_fidelity``) alike. Those stages are tagged
+``accelerator``, so a Prefect tag concurrency limit serialises them
+(``prefect concurrency-limit create accelerator 1``): with it, only the I/O stages of
+several env pipelines overlap.
 """
 
 from __future__ import annotations
@@ -23,10 +28,10 @@ from components.tracking import PARENT_RUN_ENV
 
 ACCELERATOR_TAG = "accelerator"
 DVC_FILE = "dvc.yaml"
-# stages that talk to simulators or APIs: transient failures are worth a retry
-IO_STAGES = frozenset(
-    {"generate_tasks", "collect", "annotate", "judge", "theorem1", "policy_fidelity"}
-)
+# I/O-bound stages (env servers, the teacher's or judge's API): a transient failure is worth
+# a retry. theorem1 and policy_fidelity are not: they run local policies and the experience
+# model on the simulators (the grounded judge's replay), compute-bound like evaluate_policy
+IO_STAGES = frozenset({"generate_tasks", "collect", "annotate", "judge"})
 # every dvc.yaml stage belongs to exactly one family (a test checks it)
 FAMILIES: dict[str, tuple[str, ...]] = {
     "data": ("generate_tasks", "collect", "ingest", "build_buffer", "annotate"),
@@ -185,8 +190,12 @@ repro_compute_stage = task(
 )
 
 
+def stage_task(stage: str) -> Any:
+    """The task that runs ``stage``: retried if it is I/O-bound, else tagged ``accelerator``."""
+    return repro_io_stage if stage in IO_STAGES else repro_compute_stage
+
+
 def run_stages(stages: list[str], root: Path, parent_run_id: str | None, force: bool) -> None:
     """Run stages in order, each with the retry policy of its kind."""
     for stage in stages:
-        runner = repro_io_stage if stage in IO_STAGES else repro_compute_stage
-        runner(stage, str(root), parent_run_id, force)
+        stage_task(stage)(stage, str(root), parent_run_id, force)

@@ -13,12 +13,15 @@ itself (its dvc.lock and the outputs git tracks), so DVC still knows what it bui
 
 from __future__ import annotations
 
+import io
+import re
 import subprocess
+import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from components.config import PARAMS_FILE, load_config
+from components.config import PARAMS_FILE, ConfigError, load_config
 
 
 class WorkspaceError(RuntimeError):
@@ -39,11 +42,12 @@ def head_commit(root: Path) -> str:
     return git(root, "rev-parse", "HEAD")
 
 
-def set_params(src: Path, dst: Path, overrides: Mapping[str, Any]) -> None:
-    """Write ``src`` (params.yaml, comments kept) to ``dst`` with dotted-key ``overrides``.
+def render_params(src: Path, overrides: Mapping[str, Any]) -> str:
+    """``src`` (params.yaml, comments kept) with dotted-key ``overrides``, validated.
 
     ``{"env.name": "scienceworld", "profile": "ci"}`` sets ``env: name:`` and ``profile:``;
-    the result is validated like any params.yaml (a wrong key or value names itself).
+    the result is validated like any params.yaml: a wrong key or value is a one-line
+    ``ConfigError`` naming the key and the overrides (nothing is written anywhere).
     """
     from ruamel.yaml import YAML
 
@@ -57,9 +61,30 @@ def set_params(src: Path, dst: Path, overrides: Mapping[str, Any]) -> None:
                 raise WorkspaceError(f"{key}: {part!r} is not a section of {src.name}")
             node = node[part]
         node[leaf] = value
-    with dst.open("w", encoding="utf-8") as f:
-        yaml.dump(params, f)
-    load_config(dst)  # ConfigError (a one-line message naming the key) if an override is bad
+    text = io.StringIO()
+    yaml.dump(params, text)
+    with tempfile.TemporaryDirectory(prefix="dreamgym-params-") as tmp:
+        staged = Path(tmp) / PARAMS_FILE
+        staged.write_text(text.getvalue(), encoding="utf-8")
+        try:
+            load_config(staged)
+        except ConfigError as err:
+            raise ConfigError(_about_overrides(str(err), staged, src, overrides)) from None
+    return text.getvalue()
+
+
+def _about_overrides(message: str, staged: Path, src: Path, overrides: Mapping[str, Any]) -> str:
+    """``load_config``'s message about the staged file, told about ``src`` and the overrides:
+    no hint to ``git checkout`` a file that only ever existed in a temporary folder."""
+    message = re.sub(rf" \([^()]*git checkout {re.escape(str(staged))}\)$", "", message)
+    shown = ", ".join(f"{key}={value!r}" for key, value in overrides.items()) or "no overrides"
+    return message.replace(str(staged), f"{src.name} with {shown}")
+
+
+def set_params(src: Path, dst: Path, overrides: Mapping[str, Any]) -> None:
+    """Write ``src`` to ``dst`` with dotted-key ``overrides`` (``render_params``); ``dst`` is
+    left as it was when they are invalid."""
+    dst.write_text(render_params(src, overrides), encoding="utf-8")
 
 
 def _follow(workspace: Path, commit: str) -> None:
@@ -75,11 +100,15 @@ def _follow(workspace: Path, commit: str) -> None:
 def prepare_workspace(root: Path, workspace: Path, overrides: Mapping[str, Any]) -> Path:
     """Create (or bring to HEAD) the worktree ``workspace`` of ``root`` and write its params.
 
-    Returns the workspace's absolute path. Not safe to call twice at once for one repository
-    (git locks its worktree list): the flow prepares every workspace before fanning out.
+    The params are validated first: invalid ones (``ConfigError``) leave no new worktree and
+    an existing workspace's params.yaml untouched. Returns the workspace's absolute path.
+    Not safe to call twice at once for one repository (git locks its worktree list): the
+    flow prepares every workspace before fanning out.
     """
     root = Path(root).resolve()
     workspace = (root / workspace).resolve()
+    # first the params, so a bad override (an unknown env ...) leaves no worktree behind
+    params = render_params(root / PARAMS_FILE, overrides)
     commit = head_commit(root)
     if (workspace / ".git").exists():
         if head_commit(workspace) != commit:
@@ -90,7 +119,7 @@ def prepare_workspace(root: Path, workspace: Path, overrides: Mapping[str, Any])
         workspace.parent.mkdir(parents=True, exist_ok=True)
         git(root, "worktree", "prune")  # a workspace folder deleted by hand is forgotten
         git(root, "worktree", "add", "--quiet", "--detach", str(workspace), commit)
-    set_params(root / PARAMS_FILE, workspace / PARAMS_FILE, overrides)
+    (workspace / PARAMS_FILE).write_text(params, encoding="utf-8")
     return workspace
 
 

@@ -128,6 +128,93 @@ def test_bad_overrides_name_the_key(toy_project: Path, tmp_path: Path):
         set_params(src, dst, {"nope.name": 1})
 
 
+def _worktrees(root: Path) -> list[str]:
+    return [
+        line
+        for line in _git(root, "worktree", "list", "--porcelain").splitlines()
+        if line.startswith("worktree ")
+    ]
+
+
+def test_bad_params_are_refused_before_any_worktree_is_created(toy_project: Path):
+    with pytest.raises(ConfigError, match=r"env\.name") as err:
+        prepare_workspace(toy_project, Path(".workspaces/nosuchenv"), {"env.name": "nosuchenv"})
+    # one line about the overrides, not advice to `git checkout` a generated params.yaml
+    assert "\n" not in str(err.value) and "git checkout" not in str(err.value)
+    assert "params.yaml with env.name='nosuchenv'" in str(err.value)
+    assert not (toy_project / ".workspaces").exists()
+    assert len(_worktrees(toy_project)) == 1  # the project's own checkout only
+    # an existing workspace keeps its params.yaml when the new ones are bad
+    ws = prepare_workspace(toy_project, Path(".workspaces/miniwob"), {"env.name": "miniwob"})
+    before = (ws / "params.yaml").read_text()
+    with pytest.raises(ConfigError, match=r"agent\.seeds"):
+        prepare_workspace(toy_project, Path(".workspaces/miniwob"), {"agent.seeds": "oops"})
+    assert (ws / "params.yaml").read_text() == before
+
+
+def test_an_unknown_env_or_stage_is_refused_before_any_workspace(toy_project: Path):
+    from flows.envs import check_request, envs_pipeline
+
+    known = "known: textworld, scienceworld, miniwob, webshop, alfworld, webarena"
+    with pytest.raises(ConfigError, match=f"unknown env 'nosuchenv'; {known}"):
+        check_request(toy_project, ["textworld", "nosuchenv"], None, {})
+    with pytest.raises(ConfigError, match="an env is listed twice: textworld"):
+        check_request(toy_project, ["textworld", "textworld"], None, {})
+    with pytest.raises(ConfigError, match=r"unknown stages \['nope'\]; dvc.yaml has"):
+        check_request(toy_project, None, ["hello", "nope"], {})
+    with pytest.raises(ConfigError, match="profile"):
+        check_request(toy_project, None, None, {"profile": "huge"})
+    assert check_request(toy_project, None, ["table1"], {"profile": "ci"}) == ENVS
+    # the flow itself refuses them too (a deployment or a Python caller), before its logger
+    with pytest.raises(ConfigError, match="unknown env 'nosuchenv'"):
+        envs_pipeline.fn(root=str(toy_project), envs=["nosuchenv"])
+    assert not (toy_project / ".workspaces").exists() and len(_worktrees(toy_project)) == 1
+
+
+def _no_prefect_env(tmp_path: Path) -> dict[str, str]:
+    """A subprocess environment in which a flow run could not start (no server to reach)."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT), PREFECT_HOME=str(tmp_path / "prefect-home"))
+    env["PREFECT_API_URL"] = "http://127.0.0.1:9/api"  # discard port: refused at once
+    return env
+
+
+def test_the_command_refuses_an_unknown_env_in_one_line_exit_2(toy_project: Path, tmp_path):
+    cmd = [sys.executable, "-m", "flows.envs", "--root", str(toy_project), "--env", "nosuchenv"]
+    proc = subprocess.run(
+        cmd,
+        cwd=tmp_path,
+        env=_no_prefect_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.splitlines() == [
+        "error: unknown env 'nosuchenv'; "
+        "known: textworld, scienceworld, miniwob, webshop, alfworld, webarena"
+    ]
+    assert not (toy_project / ".workspaces").exists()
+    assert len(_worktrees(toy_project)) == 1
+
+
+def test_the_command_refuses_bad_stages_and_params_in_one_line(toy_project: Path, capsys):
+    from flows.envs import main
+
+    root = ["--root", str(toy_project)]
+    for args, expected in [
+        (["--stage", "nope"], "error: unknown stages ['nope']; dvc.yaml has"),
+        (["--profile", "huge"], "error: profile: unknown profile 'huge'; known:"),
+        (["--set", "agent.seeds=oops"], "error: invalid configuration (params.yaml with"),
+        (["--set", "nope.x=1"], "error: nope.x: 'nope' is not a section of params.yaml"),
+    ]:
+        with pytest.raises(SystemExit) as exit_:
+            main(root + args)
+        lines = capsys.readouterr().err.splitlines()
+        assert len(lines) == 1 and lines[0].startswith(expected), (args, lines)
+        assert exit_.value.code == (1 if "not a section" in expected else 2)
+    assert not (toy_project / ".workspaces").exists() and len(_worktrees(toy_project)) == 1
+
+
 def test_the_task_runner_switch():
     from prefect.task_runners import ThreadPoolTaskRunner
     from prefect_dask import DaskTaskRunner

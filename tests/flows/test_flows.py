@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -117,6 +118,24 @@ def test_family_flows_and_nightly_refresh_select_stages_in_pipeline_order():
     )
     with pytest.raises(ValueError, match="unknown family"):
         family_stages(ROOT, "nope")
+
+
+def test_only_io_bound_stages_retry_and_every_other_stage_is_tagged_accelerator():
+    from flows.stages import ACCELERATOR_TAG, stage_task
+
+    # theorem1 and policy_fidelity run local models on the simulators, as evaluate_policy
+    # does: compute-bound, a retry would only repeat a deterministic failure
+    assert {"generate_tasks", "collect", "annotate", "judge"} == IO_STAGES
+    for stage in dvc_stages(ROOT):
+        runner = stage_task(stage)
+        if stage in IO_STAGES:
+            assert runner.retries == 2 and ACCELERATOR_TAG not in runner.tags, stage
+        else:
+            assert runner.retries == 0 and ACCELERATOR_TAG in runner.tags, stage
+    # docs/orchestration.md lists exactly the stages that retry
+    text = " ".join((ROOT / "docs" / "orchestration.md").read_text(encoding="utf-8").split())
+    listed = re.search(r"the stages that retry \(([^)]*)\)", text)
+    assert listed is not None and set(re.findall(r"`(\w+)`", listed.group(1))) == IO_STAGES
 
 
 def test_repro_command_and_stage_environment(monkeypatch):
