@@ -187,8 +187,13 @@ def task_list_tasks(path: str | Path, root: Path, split: Split | None, env: str)
         update: dict[str, Any] = {"external": True, "split": split or task.split}
         if task.game_file:
             game = _resolve(task.game_file, file.parent)
+            if not game.is_file() and _resolve(task.game_file, root).is_file():
+                # a list the pipeline wrote (data/tasks/tasks.jsonl): root-relative paths
+                game = _resolve(task.game_file, root)
             if env == TEXTWORLD and not game.is_file():
-                reasons.append(f"game_file {task.game_file} not found (from {file.parent})")
+                reasons.append(
+                    f"game_file {task.game_file} not found (from {file.parent} or {root})"
+                )
             update["game_file"] = _stored_path(game, root)
         if reasons:
             out.quarantined.append({**where, "reasons": reasons, **_raw(data)})

@@ -174,6 +174,27 @@ def test_a_bad_task_list_line_is_quarantined_not_fatal(user_games, tmp_path):
     assert "raw_base64" in found.quarantined[-1]
 
 
+def test_a_task_lists_root_relative_game_file_is_found(user_games, tmp_path):
+    """The pipeline's own data/tasks/tasks.jsonl names games from the project root (every
+    row was quarantined as "not found" when read as a task list)."""
+    import shutil
+
+    from components.envs.external import task_list_tasks
+
+    (tmp_path / "data" / "tasks" / "games").mkdir(parents=True)
+    shutil.copy(user_games / "two_rooms.z8", tmp_path / "data" / "tasks" / "games")
+    row = {
+        "task_id": "own-1", "env": "textworld", "family": "quest", "difficulty": 1,
+        "split": "test", "instruction": "Open the locker.", "seed": 1,
+        "game_file": "data/tasks/games/two_rooms.z8",
+    }  # fmt: skip
+    task_list = tmp_path / "data" / "tasks" / "tasks.jsonl"
+    task_list.write_text(json.dumps(row) + "\n")
+    found = task_list_tasks(task_list, tmp_path, None, "textworld")
+    assert [t.task_id for t in found.tasks] == ["own-1"] and not found.quarantined
+    assert found.tasks[0].game_file == "data/tasks/games/two_rooms.z8"
+
+
 def test_generate_tasks_adds_external_games_and_deletes_only_its_own_files(user_games, evaluated):
     from components import manifest
     from components.config import Paths
