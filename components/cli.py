@@ -31,7 +31,7 @@ from components.cli_process import (  # noqa: F401  (EXIT_* and offline_and_quie
     offline_and_quiet,
 )
 from components.cli_serve import serve
-from components.config import PARAMS_FILE, Config, Paths, load_config
+from components.config import PARAMS_FILE, Config, ConfigError, Paths, load_config
 
 app = DreamgymTyper(
     name="dreamgym",
@@ -56,6 +56,8 @@ RootOpt = Annotated[Path, typer.Option("--root", help="project root (data/, mlfl
 
 def _setup(params: Path, profile: str | None, root: Path) -> tuple[Config, Paths]:
     with _errors():
+        if not root.is_dir():  # a typo would get a new project (mlflow.db, data/) there
+            raise ConfigError(f"--root {root}: no such folder (the project root)")
         offline_and_quiet()
         cfg = load_config(params, profile)
     return cfg, Paths(root.resolve())

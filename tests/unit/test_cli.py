@@ -196,3 +196,13 @@ def test_a_damaged_json_or_parquet_output_is_one_line(tmp_path, command, damaged
     assert len(errors) == 1 and out.stderr.strip().splitlines()[-1] == errors[0]
     assert f"{damaged_file}: not " in errors[0] and "the file is damaged" in errors[0]
     assert path.read_text() == content  # nothing overwritten
+
+
+def test_a_root_that_does_not_exist_is_refused_before_anything_is_made(tmp_path):
+    typo = tmp_path / "typo"
+    out = _cli("report", "--root", str(typo), cwd=tmp_path)
+    assert (
+        out.returncode == 2
+        and out.stderr.strip() == f"error: --root {typo}: no such folder (the project root)"
+    )
+    assert not typo.exists()
