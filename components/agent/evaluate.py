@@ -219,12 +219,14 @@ def run_episodes(
         mininterval=2.0,
         disable=None if desc else True,
     )
-    envs = [make_env() for _ in range(max(1, min(parallel, len(tasks))))]
-    free = list(range(len(envs)))
+    envs: list[Env] = []
     pending = list(enumerate(tasks))
     live: dict[int, tuple[int, LiveEpisode]] = {}  # env slot -> (task index, episode)
     done: dict[int, EpisodeRecord] = {}
     try:
+        # inside the try: a failure building the third env closes the first two
+        envs.extend(make_env() for _ in range(max(1, min(parallel, len(tasks)))))
+        free = list(range(len(envs)))
         while pending or live:
             while pending and free:
                 index, task = pending.pop(0)

@@ -313,3 +313,30 @@ def test_table1_marks_the_rows_of_one_training_seed():
     assert "† one training seed: its intervals and paired differences resample games only" in text
     alone = markdown(build_table("textworld", {"ppo_real": _rows([1, 1, 1, 0])}, {}))
     assert "bootstrap over games (one training seed);" in alone and "†" not in alone
+
+
+def test_envs_built_before_one_that_fails_are_closed():
+    from components.agent.evaluate import run_episodes
+    from tests.factories import make_task
+
+    closed: list[int] = []
+
+    class Built:
+        def __init__(self, n: int) -> None:
+            self.n = n
+
+        def close(self) -> None:
+            closed.append(self.n)
+
+    made = iter(range(3))
+
+    def make_env():
+        n = next(made)
+        if n == 2:
+            raise RuntimeError("no third browser")
+        return Built(n)
+
+    tasks = [make_task(f"t{i}", "x", i) for i in range(4)]
+    with pytest.raises(RuntimeError, match="third browser"):
+        run_episodes(None, tasks, make_env, seed=0, parallel=4)
+    assert sorted(closed) == [0, 1]
