@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import logging
+import random
 import time
 from pathlib import Path
 from typing import Any
@@ -124,8 +125,9 @@ def dpo_seed(cfg: Config, paths: Paths, seed: int, demos: list) -> dict[str, Any
     d = cfg.agent.dpo
     policy = load_policy(policy_dir(paths, SFT, seed))
     pairs = preference_pairs(demos, d.max_rejected_per_state, seed=seed)
-    if d.max_pairs is not None:
-        pairs = pairs[: d.max_pairs]
+    if d.max_pairs is not None and d.max_pairs < len(pairs):
+        # a seeded subset, as the LM policy's (the first pairs are the first games' states)
+        pairs = random.Random(seed).sample(pairs, d.max_pairs)
     result = train_dpo(
         policy,
         pairs,
