@@ -267,7 +267,10 @@ def train_rl(
             if on_rollouts is not None:
                 on_rollouts(iteration, batch)
             if sampler is not None:
-                sampler.update([(e.task.task_id, e.reward) for e in batch.episodes])
+                # an episode the env broke (or the S2R cap cut) says nothing of the task
+                sampler.update(
+                    [(e.task.task_id, e.reward) for e in batch.episodes if e.env_error is None]
+                )
             # 4. the policy update: GRPO/PPO epochs over the round's turns
             t0 = time.perf_counter()
             stats = learner.update(batch, iteration)

@@ -480,3 +480,18 @@ def test_actions_with_control_characters_are_malformed() -> None:
     assert decision is not None and decision.action == "take café" and error is None
     decision, error = parse_policy_answer("<action>go", with_reasoning=False)
     assert decision is None and "unclosed" in (error or "")
+
+
+def test_episodes_the_env_broke_do_not_update_the_task_sampler(
+    magic_policy: PolicyModel, tmp_path: Path
+) -> None:
+    """A crashed (or S2R-cap-cut) episode says nothing of its task: counted as a failure,
+    it made the variance sampler favour the task."""
+    from components.curriculum.sampling import VarianceTaskSampler
+
+    sampler = VarianceTaskSampler([magic_task()], seed=0)
+    before = sampler.state_dict()
+    cfg = magic_grpo(iterations=1, tasks_per_iteration=1, rollouts_per_task=2)
+    crashing = lambda: MagicWordEnv(max_steps=3, crash_at_step=1)  # noqa: E731
+    out = train_rl(magic_policy, crashing, sampler, cfg, tmp_path)
+    assert out["iterations"] == 1 and sampler.state_dict() == before
