@@ -5,8 +5,10 @@ stamps ``Provenance.iteration`` and the policy ``checkpoint``) are appended to t
 and the resulting version is tagged ``iter-<i>``, so later iterations retrieve them and an
 experiment can be replayed against the exact buffer each iteration saw
 (``ReplayBuffer.checkout("iter-3")``). Appending is idempotent (the buffer merges on
-transition ids), so a resumed iteration never writes twice. The "w/o replay" ablation
-retrieves nothing and appends nothing (``coevolution_enabled``).
+transition ids), so a resumed iteration never writes twice; a resumed run first
+``rewind``s the buffer to its last checkpointed iteration's tag, so what a killed run
+appended after that is gone (never retrieved, never published). The "w/o replay"
+ablation retrieves nothing and appends nothing (``coevolution_enabled``).
 
 The seed buffer (``data/buffer``, a DVC output) is never written: a stage forks it into
 its own output first (``fork_seed_buffer``).
@@ -73,6 +75,17 @@ def fork_seed_buffer(
     if fresh or not (work_dir / "transitions.lance").exists():
         fork_buffer(seed_dir, work_dir, overwrite=True)
     return ReplayBuffer.open(work_dir, cfg, embedder=embedder, create=False)
+
+
+def rewind(buffer: ReplayBuffer, iteration: int) -> bool:
+    """Make the version tagged ``iter-<iteration>`` the newest again (a resumed run drops
+    what a killed one appended, or evicted, after it); False without that tag."""
+    version = buffer.tags().get(iteration_tag(iteration))
+    if version is None:
+        return False
+    if buffer.version != version:
+        buffer.restore(version)
+    return True
 
 
 def append_iteration(

@@ -240,6 +240,15 @@ class EpisodeSlots(Generic[E]):
         self._counts["episodes"] += 1
         return stable_id(self.namespace, self._seed, self._started, task.task_id)
 
+    def state_dict(self) -> dict[str, Any]:
+        """What the next episode keys depend on: episodes started so far (a resumed run
+        restores it, so its episodes get the ids an uninterrupted run's get)."""
+        return {"episodes_started": self._started}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore ``state_dict`` (before the next ``reset``)."""
+        self._started = int(state["episodes_started"])
+
     @property
     def num_envs(self) -> int:
         """Slots of the current batch."""

@@ -16,6 +16,11 @@ round of a DreamGym run (one training seed):
                      saved so a killed run resumes
     finish()         the run's synthetic trajectories, buffer and per-round metrics
 
+A run resumed after round k's checkpoint first drops what the killed run did after it
+(the work buffer back to its ``iter-<k-1>`` version, later rounds' files removed), replays
+rounds < k's dreams into the grounded model only where co-evolution did, and goes on
+with the episode count of round k-1 (episode ids): it ends as an uninterrupted run does.
+
 No real env is created; the real-step count is asserted to be 0.
 """
 
@@ -72,6 +77,11 @@ class DreamGymRun:
         if resumed_at == 0:  # a fresh run: nothing of an older one may leak in
             for stale in (self.rounds_dir, self.synth_dir, out_dir / WORK_BUFFER_DIR):
                 shutil.rmtree(stale, ignore_errors=True)
+        else:  # resumed: the rounds a killed run did after its checkpoint are redone
+            for folder in (self.rounds_dir, self.synth_dir):
+                for f in folder.glob("*.json*"):
+                    if f.stem.isdigit() and int(f.stem) >= resumed_at:
+                        f.unlink()
         self.rounds_dir.mkdir(parents=True, exist_ok=True)
         self.synth_dir.mkdir(parents=True, exist_ok=True)
         # sim-to-real's re-grounded model (components/stages/regrounding.py) or the pipeline's
@@ -84,6 +94,8 @@ class DreamGymRun:
             if not paths.buffer.exists():
                 raise FileNotFoundError(f"{paths.buffer} missing: run `dreamgym build-buffer`")
             self.buffer = fork_seed_buffer(paths.buffer, out_dir / WORK_BUFFER_DIR, cfg.buffer)
+            if resumed_at > 0:  # the buffer as the last checkpointed round left it
+                self._rewind_buffer(resumed_at)
             if real:  # new real experience the LLM model retrieves (merged on id: idempotent)
                 self.buffer.add([s for t in real for s in t.steps])
         namespace = f"{method}-seed{seed}"
@@ -109,12 +121,16 @@ class DreamGymRun:
                     for text in model.variants(t, n, iteration)
                 ]
 
-            if resumed_at > 0:  # replay what earlier rounds dreamt, as they did
+            if resumed_at > 0 and self.coevolve:  # remember earlier rounds' dreams, as they did
                 for i in range(resumed_at):
                     model.add_synthetic(self._round_trajectories(i))
         else:
             self.model = None
             self.env, generate_fn = self._llm_env(exp_dir, namespace)
+        if resumed_at > 0:  # episode ids go on from the last checkpointed round's
+            env_state = read_json(self._round_file(resumed_at - 1)).get("env")
+            if env_state is not None:  # (round files of older versions have none)
+                self.env.load_state_dict(env_state)
         self.tasks = [t for t in tasks if self._startable(t)]
         if not self.tasks:
             from components.io import InputError
@@ -194,6 +210,16 @@ class DreamGymRun:
 
         return self.buffer.embedder if self.buffer is not None else make_embedder(self.cfg.buffer)
 
+    def _rewind_buffer(self, resumed_at: int) -> None:
+        """Drop what a killed run appended (or evicted) after round ``resumed_at - 1``:
+        back to that round's tagged version, or, in a work buffer forked again, its
+        rounds appended again from their saved trajectories (idempotent)."""
+        from components.experience.coevolution import append_iteration, rewind
+
+        if not rewind(self.buffer, resumed_at - 1):
+            for i in range(resumed_at):
+                append_iteration(self.buffer, self._round_trajectories(i), i, overwrite_tag=True)
+
     def _round_file(self, iteration: int) -> Path:
         return self.rounds_dir / f"{iteration:05d}.json"
 
@@ -247,6 +273,7 @@ class DreamGymRun:
         cur = self.curriculum
         state = {
             "rollouts": [list(r) for r in rollouts],
+            "env": self.env.state_dict(),
             **cur.state_dict(),
             "metrics": {_plain(k): v for k, v in metrics.items()},
         }

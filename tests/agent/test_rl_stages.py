@@ -524,3 +524,105 @@ def test_transfer_needs_the_source_policies(tmp_path: Path) -> None:
     cfg = load_config(ROOT / "params.yaml", profile="ci")
     with pytest.raises(FileNotFoundError, match=r"is .* a project"):
         transfer(cfg, Paths(tmp_path / "target"), tmp_path / "nothing", "grpo")
+
+
+class _Killed(Exception):
+    """Stands for a kill -9 between a round's bookkeeping and its checkpoint."""
+
+
+def _dreamgym_seed(cfg: Config, paths: Paths, monkeypatch, kill_after: int | None) -> Any:
+    """rl_seed(dreamgym, grpo, seed 0) in-process; (its result, its DreamGymRun), or
+    (None, run) when killed right after round ``kill_after``'s bookkeeping."""
+    from components.artifacts import DREAMGYM
+    from components.stages import dreamgym
+    from components.stages.rl import rl_seed
+
+    seen: dict[str, Any] = {}
+    on_rollouts = dreamgym.DreamGymRun.on_rollouts
+
+    def hooked(self: Any, iteration: int, batch: Any) -> dict[str, float]:
+        seen["run"] = self
+        if self.buffer is not None:  # what the round's dream could retrieve: the past only
+            rows = self.buffer.transitions()
+            assert all(s.provenance.iteration < iteration for s in rows if s.source != "real")
+        metrics = on_rollouts(self, iteration, batch)
+        if iteration == kill_after:
+            raise _Killed
+        return metrics
+
+    with monkeypatch.context() as m:
+        m.setattr(dreamgym.DreamGymRun, "on_rollouts", hooked)
+        try:
+            out = rl_seed(cfg, paths, "grpo", DREAMGYM, 0)
+        except _Killed:
+            out = None
+    return out, seen["run"]
+
+
+def _dreamgym_outputs(cfg: Config, paths: Paths, out: dict[str, Any], run: Any) -> dict[str, Any]:
+    """What an uninterrupted and a resumed run must agree on (all but clocks and versions)."""
+    from components.artifacts import coevolved_dir, policy_dir, synthetic_file
+    from components.buffer import ReplayBuffer
+    from components.schema import Trajectory, read_jsonl
+
+    def steady(row: dict[str, Any]) -> dict[str, Any]:
+        skip = ("seconds", "steps_per_s", "version", "wall")
+        return {k: v for k, v in row.items() if not any(s in k for s in skip)}
+
+    rows = []
+    if not cfg.ablation.no_replay:
+        buffer = ReplayBuffer.open(coevolved_dir(paths, "grpo", 0), cfg.buffer, create=False)
+        rows = buffer.transitions()
+    weights = {
+        str(f.relative_to(root)): f.read_bytes()
+        for root in [policy_dir(paths, "dreamgym_grpo", 0)]
+        for f in sorted(root.rglob("*"))
+        if f.is_file() and f.name != "policy.json"
+    }
+    return {
+        "trajectories": [
+            t.model_dump(mode="json")
+            for t in read_jsonl(synthetic_file(paths, "grpo", 0), Trajectory)
+        ],
+        "buffer_ids": sorted(s.id for s in rows),
+        "buffer_rows": len(rows),
+        "history": [steady(h) for h in out["history"]],
+        "summary": steady({k: v for k, v in out.items() if k not in ("history", "resumed")}),
+        "remembered": {k: dict(v) for k, v in run.model.synthetic.items()},
+        "weights": weights,
+    }
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("case", ["coevolving", "no_replay", "work_buffer_lost"])
+def test_a_killed_dreamgym_run_resumes_into_the_uninterrupted_runs_outputs(
+    project, tmp_path, monkeypatch, case
+) -> None:
+    """Killed after round 2's bookkeeping (its trajectories saved, appended to the work
+    buffer, remembered) but before its checkpoint, then rerun: the resumed run redoes
+    round 2 and its outputs equal an uninterrupted run's (ids, buffer rows and metrics,
+    the grounded model's remembered dreams, the weights): nothing of the killed round
+    leaks into the redone one. Also without co-evolution (nothing remembered then), and
+    when the work buffer was lost (forked again, the saved rounds appended again)."""
+    from components.artifacts import policy_checkpoint_dir
+    from components.stages.dreamgym import WORK_BUFFER_DIR
+
+    cfg, paths = project
+    assert cfg.rl.dreamgym_iterations == 3 and cfg.rl.grpo.save_every == 1
+    ablation = cfg.ablation.model_copy(update={"no_replay": case == "no_replay"})
+    cfg = cfg.model_copy(update={"ablation": ablation})
+    straight, resumed = Paths(tmp_path / "straight"), Paths(tmp_path / "resumed")
+    for copy in (straight, resumed):
+        shutil.copytree(paths.root, copy.root)
+    out, run = _dreamgym_seed(cfg, straight, monkeypatch, kill_after=None)
+    want = _dreamgym_outputs(cfg, straight, out, run)
+
+    killed, _ = _dreamgym_seed(cfg, resumed, monkeypatch, kill_after=2)
+    assert killed is None
+    if case == "work_buffer_lost":
+        shutil.rmtree(policy_checkpoint_dir(resumed, "dreamgym_grpo", 0) / WORK_BUFFER_DIR)
+    out, run = _dreamgym_seed(cfg, resumed, monkeypatch, kill_after=None)
+    assert out["resumed"] == 1
+    got = _dreamgym_outputs(cfg, resumed, out, run)
+    assert got["buffer_rows"] == len(set(got["buffer_ids"]))
+    assert [k for k in want if got[k] != want[k]] == []
