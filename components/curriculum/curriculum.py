@@ -27,7 +27,7 @@ from components.curriculum.selection import (
     select_seeds,
 )
 from components.curriculum.variance import GroupStats, Rollout, group_stats, variance_histogram
-from components.experience.task_generation import GenerateFn, generate_variants
+from components.experience.task_generation import Messages, generate_variants
 from components.schema import Task, seed_int
 
 if TYPE_CHECKING:
@@ -36,6 +36,9 @@ if TYPE_CHECKING:
 GroupBy = Literal["task", "cluster"]
 # (seed tasks, variants per seed, iteration) -> new Task records (generated=True)
 VariantFn = Callable[[Sequence[Task], int, int], list[Task]]
+# (variant prompts, iteration) -> answers: the round lets a sampling backend draw other
+# variants of a seed task picked again in a later round (one seed would repeat them)
+RoundGenerateFn = Callable[[list[Messages], int], list[str]]
 
 
 @dataclass(frozen=True)
@@ -48,6 +51,11 @@ class TaskBatch:
     new_generated: list[Task] = field(default_factory=list)
     metrics: dict[str, float] = field(default_factory=dict)
     variance_histogram: dict[str, int] = field(default_factory=dict)
+
+
+def variant_seed(curriculum_seed: int, run_seed: int, iteration: int) -> int:
+    """The sampling seed of one run's task-variant generation in round ``iteration``."""
+    return seed_int("variants", curriculum_seed, run_seed, iteration)
 
 
 def success_rate(rollouts: Sequence[Rollout], task_ids: set[str]) -> float | None:
@@ -64,7 +72,7 @@ class Curriculum:
         real_tasks: Sequence[Task],
         cfg: CurriculumConfig,
         *,
-        generate_fn: GenerateFn | None = None,
+        generate_fn: RoundGenerateFn | None = None,
         task_generation: bool = True,
         group_by: GroupBy = "task",
         embedder: Embedder | None = None,
@@ -160,9 +168,13 @@ class Curriculum:
                 candidates = self.variant_fn(seed_tasks, self.cfg.variants_per_seed, iteration)
                 counts["variants_requested"] += len(seed_tasks) * self.cfg.variants_per_seed
             else:
-                assert self.generate_fn is not None
+                generate = self.generate_fn
+                assert generate is not None
                 candidates = generate_variants(
-                    self.generate_fn, seed_tasks, self.cfg.variants_per_seed, counts=counts
+                    lambda prompts: generate(prompts, iteration),
+                    seed_tasks,
+                    self.cfg.variants_per_seed,
+                    counts=counts,
                 )
             kept, rejected = filter_generated(
                 candidates,

@@ -167,6 +167,7 @@ class DreamGymRun:
 
     def _llm_env(self, exp_dir: Path, namespace: str) -> tuple[Any, Any]:
         """The LLM experience model's synthetic env and its task-generation function."""
+        from components.curriculum.curriculum import variant_seed
         from components.experience.sft import load_meta
         from components.experience.synthetic_env import RealStateIndex, VectorSyntheticEnv
         from components.experience.task_generation import TASK_STOP
@@ -188,14 +189,14 @@ class DreamGymRun:
         )
         cur = cfg.curriculum
 
-        def generate_variants(prompts: list[list[dict[str, str]]]) -> list[str]:
+        def generate_variants(prompts: list[list[dict[str, str]]], iteration: int) -> list[str]:
             return backend.generate(
                 prompts,
                 max_new_tokens=cur.task_max_new_tokens,
                 temperature=cur.task_temperature,
                 stop=(TASK_STOP,),
                 batch_size=cfg.synthetic.gen_batch_size,
-                seed=cur.seed + self.seed,
+                seed=variant_seed(cur.seed, self.seed, iteration),
             )
 
         return env, generate_variants

@@ -22,6 +22,7 @@ from components.curriculum import (
     variance_histogram,
 )
 from components.curriculum.clusters import assign_clusters
+from components.curriculum.curriculum import variant_seed
 from components.curriculum.selection import subsample_tasks
 from components.experience.task_generation import generated_task
 from components.schema import Task
@@ -142,7 +143,7 @@ def test_task_clusters_group_by_meaning(wordllama):
     assert sorted(cluster_groups(assignment)) == [["c0", "c1", "c2"], ["c3", "c4", "c5"]]
 
 
-def _fake_variants(prompts):
+def _fake_variants(prompts, iteration):
     # a task-generation backend: one new variant text per request (a plain callable)
     return [
         f"<task>Variant {i} of: {p[1]['content'].split('Seed task: ')[1]}</task>"
@@ -182,6 +183,30 @@ def test_curriculum_iteration_generates_seeds_variants_and_respects_lambda():
     off = Curriculum(real, cfg, generate_fn=_fake_variants, task_generation=False)
     plain = off.next_batch(rollouts, iteration=1)
     assert not plain.new_generated and not any(t.generated for t in plain.tasks)
+
+
+def test_a_seed_task_picked_again_gets_new_variants_in_a_later_round():
+    # a sampling backend is deterministic in its seed: one seed for every round would
+    # repeat a seed task's variants, all rejected as duplicates of the first round's
+    real = [_task(f"tw-quest-{i}", f"Take item {i} from the box.") for i in range(4)]
+    cfg = CurriculumConfig(batch_size=4, seeds_per_iteration=1, variants_per_seed=2)
+    asked: list[int] = []
+
+    def sampled(prompts, iteration):
+        seed = variant_seed(cfg.seed, 0, iteration)
+        asked.append(iteration)
+        return [
+            f"<task>Take item {seed % 997}-{i} from the crate.</task>" for i in range(len(prompts))
+        ]
+
+    cur = Curriculum(real, cfg, generate_fn=sampled)
+    rollouts = _rollouts({"tw-quest-0": 4})
+    first = cur.next_batch(rollouts, iteration=1)
+    again = cur.next_batch(rollouts, iteration=2)
+    assert asked == [1, 2] and first.seeds == again.seeds == ["tw-quest-0"]
+    assert len(again.new_generated) == 2
+    assert not any(v for k, v in again.metrics.items() if k.startswith("rejected"))
+    assert variant_seed(0, 0, 1) != variant_seed(0, 0, 2) != variant_seed(0, 1, 2)
 
 
 def test_ppo_groups_are_clusters(wordllama):
