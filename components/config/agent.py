@@ -316,12 +316,14 @@ class RLConfig(_Section):
     )
     s2r_aggregation: Literal["token", "sequence", "episode"] | None = Field(
         "episode",
-        description="sim-to-real runs' policy-loss aggregation (None: the algorithm's own); "
-        "episode keeps a strong start's few long failures from outweighing its successes",
+        description="s2r_mode real_rl: the real rounds' policy-loss aggregation (None: the "
+        "algorithm's own); episode keeps a strong start's few long failures from outweighing "
+        "its successes. reground's dream phase takes DreamGym's settings",
     )
     s2r_task_prior: Literal["none", "synthetic"] = Field(
         "none",
-        description="sim-to-real task sampler's start: none (every task uncertain) or "
+        description="s2r_mode real_rl: the real rounds' task sampler's start: none (every "
+        "task uncertain) or "
         "synthetic (each train task's success in the seed's own DreamGym episodes, so the "
         "first real rounds go where the dream was uncertain)",
     )
