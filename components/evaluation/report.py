@@ -19,8 +19,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from components.config import ReportConfig
-
-# the report's pieces live in the modules below; re-exported so callers import them from here
 from components.evaluation.report_agents import (
     PAPER_ABLATION,
     PAPER_COLUMNS,
@@ -53,6 +51,9 @@ from components.evaluation.report_plots import (
     _placeholder,
     _pyplot,
 )
+
+# the report's pieces live in the modules below; re-exported so callers import them from here
+from components.io import atomic_write_text
 
 __all__ = [
     "ABLATIONS",
@@ -98,8 +99,12 @@ def build_report(
     cfg: ReportConfig,
     *,
     drift_threshold: float | None = None,
+    env: str | None = None,
 ) -> ReportResult:
-    """Write ``out_dir/report.md`` and its PNG plots from the metrics files; their paths."""
+    """Write ``out_dir/report.md`` and its PNG plots from the metrics files; their paths.
+
+    ``env`` is the run's env: the ablation rows' success comes from its Table 1 block
+    (table1.json may hold other envs' archived rows beside it)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     inp = _Inputs(metrics_dir)
     plots: list[Path] = []
@@ -107,7 +112,7 @@ def build_report(
         lambda: _inputs_section(inp),
         lambda: _table1_section(inp, out_dir, cfg, plots),
         lambda: _curves_section(inp, out_dir, cfg, plots),
-        lambda: _ablation_section(inp),
+        lambda: _ablation_section(inp, env),
         lambda: _fidelity_section(inp, out_dir, cfg, plots),
         lambda: _judge_section(inp, out_dir, cfg, plots),
         lambda: _drift_section(inp, out_dir, cfg, plots, drift_threshold),
@@ -120,7 +125,7 @@ def build_report(
     if _pyplot() is None:
         parts.append("\n_matplotlib is not installed: plots skipped._\n")
     md = out_dir / REPORT_NAME
-    md.write_text("\n".join(parts), encoding="utf-8")
+    atomic_write_text(md, "\n".join(parts))
     made = {p.name for p in plots}
     placeholders = [
         png

@@ -251,15 +251,17 @@ def _curves_section(inp: _Inputs, out_dir: Path, cfg: ReportConfig, plots: list[
     return "".join(out)
 
 
-def _ablation_section(inp: _Inputs) -> str:
+def _ablation_section(inp: _Inputs, env: str | None = None) -> str:
     fid = _fidelity_variants(inp.get("fidelity.json"))
     judge = inp.get("judge.json") if isinstance(inp.get("judge.json"), dict) else {}
     success: dict[str, float] = {}
     t1 = inp.get("table1.json")
     if isinstance(t1, dict) and t1:
-        # one number per variant: the primary env (textworld) when present, else the first
-        env = "textworld" if "textworld" in t1 else sorted(t1)[0]
-        methods = t1[env] if isinstance(t1[env], dict) else {}
+        # the run's env only: fidelity and judge are its, another env's success is not
+        envs = [k for k in t1 if not k.startswith("_")]
+        env = env if env is not None else (envs[0] if len(envs) == 1 else None)
+        block = t1.get(env) if env is not None else None
+        methods = block if isinstance(block, dict) else {}
         for name, m in methods.items():
             if not isinstance(m, dict) or "success" not in m:
                 continue

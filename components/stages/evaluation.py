@@ -247,7 +247,11 @@ def report(cfg: Config, paths: Paths) -> dict[str, Any]:
 
     with stage_run("report", "evaluation", cfg, ("report",), paths.root, {}) as run:
         result = build_report(
-            paths.metrics, reports_dir(paths), cfg.report, drift_threshold=cfg.drift.drift_share
+            paths.metrics,
+            reports_dir(paths),
+            cfg.report,
+            drift_threshold=cfg.drift.drift_share,
+            env=cfg.env.name,
         )
         run.log_artifact(result.markdown, "report")
         for plot in result.plots:

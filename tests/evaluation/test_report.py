@@ -245,3 +245,26 @@ def test_curves_average_the_seeds_of_each_round():
     out = _mean_over_seeds(rows)
     assert [r["iteration"] for r in out] == [1.0, 2.0] and [r["seeds"] for r in out] == [2, 2]
     assert [round(r["success_rate"], 6) for r in out] == [0.4, 0.6]
+
+
+def test_ablation_success_is_the_run_envs_not_another_envs_archived_row(tmp_path):
+    # table1.json keeps other envs' archived rows: a ScienceWorld run's ablation table
+    # must not show TextWorld's DreamGym success beside ScienceWorld's fidelity
+    m = tmp_path / "metrics"
+    row = {"success": 97.0, "n": 10}
+    write(
+        m / "table1.json",
+        {
+            "textworld": {"dreamgym_grpo": row},
+            "scienceworld": {"dreamgym_grpo": {**row, "success": 44.2}},
+            "_provenance": {"git_commit": "abc", "dirty": False, "profile": "cpu"},
+        },
+    )
+
+    def ablation(env):
+        text = build_report(m, tmp_path / f"r-{env}", CFG, env=env).markdown.read_text()
+        return text[text.index("## Ablations") :].split("\n## ")[0]
+
+    assert "| DreamGym (full) | 44.2 |" in ablation("scienceworld")
+    assert "| DreamGym (full) | 97.0 |" in ablation("textworld")
+    assert "97.0" not in ablation(None) and "44.2" not in ablation(None)  # which env: unknown
