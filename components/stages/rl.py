@@ -78,6 +78,10 @@ __all__ = ["train_dreamgym", "train_rl_real", "train_s2r"]
 class NoUpdateError(RuntimeError):
     """An RL run made no optimizer update: its "trained" policy would be its start."""
 
+    def __init__(self, message: str, real_steps: int = 0) -> None:
+        super().__init__(message)
+        self.real_steps = real_steps  # what the run spent on the real env all the same
+
 
 # ----------------------------------------------------------------------------- one seed
 
@@ -254,7 +258,8 @@ def rl_seed(
     if summary["optimizer_updates"] == 0:
         raise NoUpdateError(
             f"{method} seed {seed}: {summary['iterations']} rounds and no optimizer update "
-            "(every group's rewards were equal?): not writing a policy that is its start"
+            "(every group's rewards were equal?): not writing a policy that is its start",
+            real_steps=int(summary["real_steps"]),
         )
     if kind == S2R and summary["real_steps"] > extra["real_step_cap"]:
         raise AssertionError(f"S2R used {summary['real_steps']} > cap {extra['real_step_cap']}")

@@ -109,7 +109,7 @@ def _s2r_seed(
     try:
         result = rl_seed(cfg, paths, algo, S2R, seed, init_dir=init_dir, method=method)
     except NoUpdateError as err:  # e.g. no win in the budget: a result, not a crash
-        return {"no_update": str(err)}
+        return {"no_update": str(err), "real_steps": err.real_steps}
     return {k: v for k, v in result.items() if k != "history"}
 
 
@@ -179,7 +179,11 @@ def transfer(
         s2r_parts = run_jobs(
             eval_job, [(cfg, paths, s2r_name, s, (SAMPLED,)) for s in updated], workers
         )
-        s2r_rows = [r for part in s2r_parts for r in part]
+        # a seed S2R could not update still ran: its policy is its start, so its S2R row is
+        # its zero-shot episodes (left out, the row would average the seeds that learned)
+        s2r_rows = [r for part in s2r_parts for r in part] + [
+            {**r, "method": s2r_name} for r in zero_rows if r["seed"] not in updated
+        ]
         in_domain = {
             m: _read_rows(episodes_file(paths, m))
             for m in (RANDOM, SFT, dreamgym, s2r_method(algo))
@@ -203,9 +207,8 @@ def transfer(
                 "seeds_without_update": {
                     str(s): trained[s]["no_update"] for s in seeds if s not in updated
                 },
-                "real_steps": (
-                    sum(trained[s]["real_steps"] for s in updated) / len(updated) if updated else 0
-                ),
+                # every seed's: one without an update spent its real steps too
+                "real_steps": sum(trained[s]["real_steps"] for s in seeds) / len(seeds),
             },
             "in_domain": {m: _summary(rows, {}) for m, rows in in_domain.items()},
             "source_in_domain": {dreamgym: _source_success(src, src_env, dreamgym)},

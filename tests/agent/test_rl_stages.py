@@ -505,6 +505,27 @@ def test_transfer_evaluates_zero_shot_and_after_capped_s2r(project, grpo_real, d
     assert out.read_text() == "{not json"
 
 
+@pytest.mark.integration
+def test_a_transfer_seed_without_an_update_keeps_its_start_in_the_s2r_row(
+    project, dreamgym_grpo, monkeypatch, tmp_path: Path
+):
+    # the S2R row must cover every seed: one that could not learn plays as its start
+    # (its zero-shot episodes), and the real steps it spent count
+    from components.stages import rl
+    from components.stages.transfer import transfer
+
+    def no_update(*args, **kwargs):
+        raise rl.NoUpdateError("seed 0: no optimizer update", real_steps=7)
+
+    monkeypatch.setattr(rl, "rl_seed", no_update)
+    cfg, paths = project
+    entry = transfer(cfg, paths, paths.root, "grpo", tmp_path / "t.json")["textworld->textworld"]
+    zero, s2r, trained = entry["zero_shot"], entry["s2r"], entry["s2r_training"]
+    assert s2r["episodes"] == zero["episodes"] > 0 and s2r["success"] == zero["success"]
+    assert trained["seeds_without_update"] == {"0": "seed 0: no optimizer update"}
+    assert trained["real_steps"] == 7 and trained["per_seed"] == {}
+
+
 def test_transfer_s2r_reward_is_checked_against_the_target_env() -> None:
     from components.stages.transfer import s2r_reward
 
