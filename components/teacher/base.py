@@ -154,7 +154,7 @@ def answer(
         cost_usd=cost_usd,
         attempts=attempts,
         error=None if error is None else clean(error),
-        raw=None if raw is None else clean(excerpt(raw)),
+        raw=None if raw is None else excerpt(clean(raw)),  # a key cut short would not match
     )
 
 

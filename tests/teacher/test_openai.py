@@ -260,6 +260,19 @@ def test_retry_after_parsing_and_redactor() -> None:
     assert "sk-zzz" not in red("other sk-zzzzzzzzzz key")
 
 
+def test_a_key_at_the_excerpts_cut_is_redacted_whole() -> None:
+    # redacting after the 300-character cut left the key's head in the failures file
+    from types import SimpleNamespace
+
+    from components.teacher.base import answer
+
+    key = "gsk_live_7f3a9c2e5b8d1f4a6c0e"
+    raw = "x" * 290 + key + " tail"
+    teacher = SimpleNamespace(backend="openai", model="m")
+    ann = answer(requests()[0], "failed", teacher, (1, 1), 1, raw=raw, redact=Redactor(key))
+    assert ann.raw is not None and key[:6] not in ann.raw and ann.raw.startswith("x" * 290)
+
+
 def test_fake_server_rejects_unknown_faults() -> None:
     with pytest.raises(ValueError, match="unknown faults"):
         fk.FakeOpenAIServer(faults=["boom"])
