@@ -350,8 +350,9 @@ def _validate(
     for rid, reasons in outcome.failures.items():
         lid = bisect_right(starts, rid) - 1
         candidates[lid].reasons.extend(f"step {rid - starts[lid]}: {r}" for r in reasons)
-    if suite is not None:
-        for cand in candidates:
+    for cand in candidates:
+        cand.reasons.extend(_source_reasons(cand.obj))
+        if suite is not None:
             cand.reasons.extend(_task_reasons(cand.obj, suite))
     failed = []
     for cand in candidates:
@@ -367,6 +368,19 @@ def _validate(
                 )
         failed.append(cand)
     return failed
+
+
+def _source_reasons(obj: dict[str, Any]) -> list[str]:
+    """Why a line is not a real episode: the offline logs (and the seed buffer built from
+    them) hold real transitions only; a dreamt one here would pass for the simulator's."""
+    sources = [("", obj.get("source"))] + [
+        (f"step {i}: ", s.get("source")) for i, s in enumerate(obj["steps"])
+    ]
+    return [
+        f"{where}source {src!r}: the offline logs take real episodes only"
+        for where, src in sources
+        if isinstance(src, str) and src != "real"
+    ]
 
 
 def _task_reasons(obj: dict[str, Any], suite: dict[str, Task]) -> list[str]:

@@ -247,6 +247,9 @@ def build_corpus(n_valid: int = 12, n_fuzz: int = 0, seed: int = 0) -> list[Corp
     bad_top("success_mismatch", "success must equal", {"success": False})
     bad_top("split_unknown", "schema: split", {"split": "holdout"})
     bad_step("task_mismatch", "another episode or task", {(1, "task_id"): "tw-other-9"})
+    # dreamt episodes in the offline logs would enter the seed buffer as the simulator's
+    bad_top("source_synthetic", "take real episodes only", {"source": "synthetic"})
+    bad_step("step_source_synthetic", "take real episodes only", {(0, "source"): "synthetic"})
 
     out += fuzz_lines(n_fuzz, seed)
     random.Random(seed).shuffle(out)
