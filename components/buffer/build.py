@@ -57,10 +57,15 @@ def _read_parquet(path: Path, splits: Sequence[str] | None) -> Iterator[Transiti
         table = pq.read_table(path)
     except (pa.ArrowException, OSError) as err:  # not parquet, truncated, bad footer
         raise damaged(path, "not a readable parquet file", err) from None
-    for row in table.to_pylist():
+    from pydantic import ValidationError
+
+    for n, row in enumerate(table.to_pylist()):
         if splits is not None and "split" in row and row["split"] not in splits:
             continue
-        yield _from_row(row)
+        try:
+            yield _from_row(row)
+        except ValidationError as err:  # ingest wrote valid rows: this file was changed
+            raise damaged(path, f"row {n} is not a transition", err) from None
 
 
 def _read_jsonl(path: Path, splits: Sequence[str] | None) -> Iterator[Transition]:

@@ -193,7 +193,10 @@ def _transitions_frame(trajectories: list[Trajectory]) -> Any:
             row.update({f"provenance_{k}": v for k, v in s.provenance.model_dump().items()})
             row["split"] = traj.split
             rows.append(row)
-    return pd.DataFrame(rows)
+    frame = pd.DataFrame(rows)
+    if rows:  # None beside ints made a float64 column: seeds past 2**53 came back changed
+        frame["provenance_seed"] = pd.array([r["provenance_seed"] for r in rows], dtype="Int64")
+    return frame
 
 
 def check_inputs(raw_files: list[Path]) -> None:

@@ -117,3 +117,23 @@ def test_every_row_of_a_task_outside_the_suite_is_quarantined(tmp_path: Path, ta
     write_jsonl(raw, [make_trajectory(task_id="tw-train-0", idx=i) for i in range(3)])
     report = ingest([raw], tmp_path / "o", tmp_path / "q", CFG, tasks)
     assert (report.n_ingested, report.reasons) == (0, {"unknown task_id": 3})
+
+
+def test_provenance_seeds_survive_the_parquet_exactly(tmp_path: Path):
+    # a None seed beside ints made the column float64: 2**53 + 1 came back as 2**53,
+    # and 2**63 - 1 (a valid seed) failed the whole buffer build
+    from components.buffer import load_transitions
+
+    seeds = [None, 2**53 + 1, 2**63 - 1]
+    lines = []
+    for i, seed in enumerate(seeds):
+        obj = json.loads(make_trajectory(2, idx=i).model_dump_json())
+        for step in obj["steps"]:
+            step["provenance"]["seed"] = seed
+        lines.append(json.dumps(obj) + "\n")
+    raw = tmp_path / "raw.jsonl"
+    raw.write_text("".join(lines))
+    report = ingest([raw], tmp_path / "out", tmp_path / "q", CFG, [make_task()])
+    assert report.n_ingested == 3
+    got = {t.provenance.seed for t in load_transitions(tmp_path / "out" / "transitions.parquet")}
+    assert got == set(seeds)
