@@ -62,6 +62,17 @@ class Task(_Record):
     )
     parent_task_id: str | None = None
 
+    @field_validator("task_id")
+    @classmethod
+    def _file_safe(cls, v: str) -> str:
+        # a task's episodes are filed under its id (data/raw/<task_id>.jsonl): "../x" wrote
+        # outside data/raw, where resume and ingest never look; "a/b" failed the collection
+        if "/" in v or "\\" in v or v.startswith(".") or not v.isprintable():
+            raise ValueError(
+                f"task_id {v!r} names files: no '/', '\\', leading '.' or control characters"
+            )
+        return v
+
 
 class Provenance(_Record):
     """Where a transition came from."""

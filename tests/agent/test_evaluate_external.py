@@ -157,6 +157,7 @@ def test_a_bad_task_list_line_is_quarantined_not_fatal(user_games, tmp_path):
         json.dumps({**good, "task_id": "mine-2", "difficulty": -1}),
         json.dumps({**good, "task_id": "mine-3", "env": "miniwob"}),
         json.dumps({**good, "task_id": "mine-4", "game_file": "gone.z8"}),
+        json.dumps({**good, "task_id": "../escape"}),  # its episodes' file would escape
     ]
     task_list = user_games / "tasks.jsonl"
     task_list.write_bytes(("\n".join(lines) + "\n").encode() + b"\xff\xfe\n")
@@ -167,9 +168,10 @@ def test_a_bad_task_list_line_is_quarantined_not_fatal(user_games, tmp_path):
     assert [t.task_id for t in found.tasks] == ["mine-1"]
     task = found.tasks[0]
     assert task.external and task.split == "test" and Path(task.game_file).is_absolute()
-    assert [q["line"] for q in found.quarantined] == [2, 3, 4, 5, 6]
+    assert [q["line"] for q in found.quarantined] == [2, 3, 4, 5, 6, 7]
     reasons = " ".join(r for q in found.quarantined for r in q["reasons"])
-    for why in ("invalid JSON", "difficulty", "env 'miniwob'", "gone.z8 not found", "UTF-8"):
+    whys = ("invalid JSON", "difficulty", "env 'miniwob'", "gone.z8 not found", "names files")
+    for why in (*whys, "UTF-8"):
         assert why in reasons
     assert "raw_base64" in found.quarantined[-1]
 
