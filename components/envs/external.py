@@ -224,7 +224,13 @@ def merge_tasks(tasks: Iterable[Task], external: ExternalTasks) -> list[Task]:
     for task in external.tasks:
         if task.task_id in seen:
             reason = f"duplicate task_id {task.task_id!r}"
-            external.quarantined.append({"source": task.game_file, "reasons": [reason]})
+            # the task itself: the row must stay recoverable (its line's text is not kept)
+            row = {
+                "source": task.game_file,
+                "reasons": [reason],
+                "task": task.model_dump(mode="json"),
+            }
+            external.quarantined.append(row)
             continue
         seen.add(task.task_id)
         merged.append(task)

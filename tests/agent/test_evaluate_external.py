@@ -294,3 +294,16 @@ def test_a_registry_alias_on_a_task_list(evaluated, user_games, policy_dir, tmp_
     result = json.loads((out / "success.json").read_text())
     assert result["registered_model"].startswith("policy/") and result["n_quarantined"] == 1
     assert result["table"]["policy"]["episodes"] == result["table"]["random"]["episodes"] == 1
+
+
+def test_a_duplicate_external_task_is_quarantined_with_its_content():
+    from components.envs.external import ExternalTasks, merge_tasks, quarantine_text
+    from tests.factories import make_task
+
+    first = make_task("t1", split="train")
+    second = first.model_copy(update={"instruction": "Melt the ice.", "split": "validation"})
+    found = ExternalTasks(tasks=[first, second])
+    assert merge_tasks([], found) == [first]
+    [row] = [json.loads(line) for line in quarantine_text(found.quarantined).splitlines()]
+    assert row["reasons"] == ["duplicate task_id 't1'"]
+    assert row["task"]["instruction"] == "Melt the ice." and row["task"]["split"] == "validation"
