@@ -162,6 +162,20 @@ def atomic_write_text(path: Path, text: str) -> None:
     atomic_write_bytes(path, text.encode("utf-8"))
 
 
+def swap_dir(staged: Path, target: Path) -> None:
+    """Put the folder ``staged`` at ``target``; the old one (if any) is removed only after
+    the swap, so a kill at any point leaves a whole folder there, old or new."""
+    import shutil
+
+    target = Path(target)
+    old = target.with_name(f".{target.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.old")
+    if target.exists():
+        os.replace(target, old)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    os.replace(staged, target)
+    shutil.rmtree(old, ignore_errors=True)
+
+
 def lock_path_for(output: Path) -> Path:
     """The lock file of an output: hidden, beside it (never inside a DVC output folder)."""
     return output.parent / f".{output.name}.lock"

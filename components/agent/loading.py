@@ -22,7 +22,7 @@ from components.agent.policy_model import MALFORMED_ACTION, ActResult
 from components.agent.scorer import ScorerPolicy, ScorerSettings, is_scorer_dir
 from components.config import AgentConfig, Config, ServingConfig
 from components.config.data import PAGE_ENVS
-from components.io import read_json
+from components.io import read_json, swap_dir
 
 META_FILE = "policy.json"
 log = logging.getLogger("dreamgym")
@@ -101,9 +101,7 @@ def publish_dir(src: Path, dst: Path, meta: dict[str, Any]) -> None:
     shutil.rmtree(tmp, ignore_errors=True)
     shutil.copytree(src, tmp)
     (tmp / META_FILE).write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
-    shutil.rmtree(dst, ignore_errors=True)
-    Path(dst).parent.mkdir(parents=True, exist_ok=True)
-    tmp.rename(dst)
+    swap_dir(tmp, Path(dst))
 
 
 def read_meta(path: Path) -> dict[str, Any]:

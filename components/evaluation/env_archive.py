@@ -25,7 +25,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from components.io import InputError, atomic_outputs
+from components.io import InputError, atomic_outputs, swap_dir
 
 ARCHIVE_ROOT = Path("reports") / "envs"
 ARCHIVE_NOTE = "archive.json"  # written by archive_env: source, provenance, files
@@ -127,15 +127,6 @@ def _source_env(source: Path, env: str | None) -> tuple[str, dict[str, Any], dic
     return env, prov, table
 
 
-def _swap_folder(staged: Path, target: Path) -> None:
-    """Put ``staged`` at ``target``, the old folder (if any) removed after the swap."""
-    old = target.with_name(f".{target.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.old")
-    if target.exists():
-        os.replace(target, old)
-    os.replace(staged, target)
-    shutil.rmtree(old, ignore_errors=True)
-
-
 def archive_env(
     source: Path, root: Path, env: str | None = None, note: str | None = None
 ) -> Archived:
@@ -190,7 +181,7 @@ def archive_env(
                 (staged / dest).parent.mkdir(parents=True, exist_ok=True)
                 shutil.copy2(path, staged / dest)
         (staged / ARCHIVE_NOTE).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
-        _swap_folder(staged, folder)
+        swap_dir(staged, folder)
     finally:
         shutil.rmtree(staged, ignore_errors=True)
     with atomic_outputs() as temp:

@@ -34,6 +34,7 @@ from components.experience.dataset import (
     Retriever,
     settings_for,
 )
+from components.io import swap_dir
 from components.schema import Trajectory, read_jsonl
 from components.stages.common import alias_tags, numbers, write_json
 
@@ -222,8 +223,7 @@ def train_grounded(cfg: Config, paths: Paths, variant: str) -> dict[str, Any]:
         # which edit each verb learned and how often it reproduces the real next state
         meta["edit_match_by_verb"] = stats.get("edit_match_by_verb", {})
         (tmp / "meta.json").write_text(json.dumps(meta, indent=2, sort_keys=True))
-        shutil.rmtree(out, ignore_errors=True)
-        tmp.rename(out)
+        swap_dir(tmp, out)
         metrics = {**stats, "fit_seconds": round(time.perf_counter() - start, 2)}
         run.log_metrics(numbers(metrics))
         run.log_dict(meta["edit_match_by_verb"], "edits.json")

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from components.config import Config, Paths
-from components.io import read_json
+from components.io import read_json, swap_dir
 from components.schema import Task, Trajectory, read_jsonl, stable_id, write_jsonl
 
 log = logging.getLogger("dreamgym")
@@ -188,8 +188,7 @@ def regrounded_model(
     shutil.rmtree(tmp, ignore_errors=True)
     model.save(tmp)
     shutil.copy2(base / "meta.json", tmp / "meta.json")
-    shutil.rmtree(dst, ignore_errors=True)
-    tmp.rename(dst)
+    swap_dir(tmp, dst)
     log.info(
         "re-grounded the experience model: %d offline + %d probe trajectories, %d transitions",
         len(offline),

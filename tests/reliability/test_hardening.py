@@ -37,7 +37,7 @@ from components.data.ingest import (
     VALIDATION_FILE,
     ingest,
 )
-from components.io import TMP_SUFFIX, atomic_write_text, output_lock, temp_path_for
+from components.io import TMP_SUFFIX, atomic_write_text, output_lock, swap_dir, temp_path_for
 from components.schema import Trajectory, read_jsonl, write_jsonl
 from tests.reliability.project import (
     child_env,
@@ -417,3 +417,31 @@ def test_config_folder_and_unknown_cli_profile_are_one_line(tmp_path) -> None:
     path = _params(tmp_path)
     line = _one_error_line(_cli("config", "--params", str(path), "--profile", "prod"), EXIT_CONFIG)
     assert "--profile: unknown profile 'prod'; known: ['ci', 'cpu', 'gpu']" in line
+
+
+def test_a_folder_output_is_swapped_in_whole(tmp_path, monkeypatch) -> None:
+    # models/experience/full was removed before the new one was renamed in: a kill between
+    # the two left no model at all. Now the old one is moved aside first: killed there,
+    # the new folder is still staged and the old one kept beside it
+    target, staged = tmp_path / "full", tmp_path / "full.tmp"
+    for folder, text in ((target, "old"), (staged, "new")):
+        folder.mkdir()
+        (folder / "model.json").write_text(text)
+    real_replace, calls = os.replace, []
+
+    def killed_after_first(src, dst):
+        calls.append(src)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return real_replace(src, dst)
+
+    monkeypatch.setattr(os, "replace", killed_after_first)
+    with pytest.raises(KeyboardInterrupt):
+        swap_dir(staged, target)
+    monkeypatch.undo()
+    kept = {p.name: (p / "model.json").read_text() for p in tmp_path.iterdir()}
+    assert sorted(kept.values()) == ["new", "old"]  # nothing lost
+    swap_dir(staged, target)
+    assert (target / "model.json").read_text() == "new"
+    swap_dir(target, tmp_path / "sub" / "fresh")  # no old one, a new parent
+    assert (tmp_path / "sub" / "fresh" / "model.json").read_text() == "new"
