@@ -61,6 +61,10 @@ def render_params(src: Path, overrides: Mapping[str, Any]) -> str:
                 raise WorkspaceError(f"{key}: {part!r} is not a section of {src.name}")
             node = node[part]
         node[leaf] = value
+    for overlay in _active_overlays(params):
+        for key, value in overrides.items():
+            if key not in SELECTORS:
+                _set_where_defined(overlay, key.split("."), value)
     text = io.StringIO()
     yaml.dump(params, text)
     with tempfile.TemporaryDirectory(prefix="dreamgym-params-") as tmp:
@@ -71,6 +75,27 @@ def render_params(src: Path, overrides: Mapping[str, Any]) -> str:
         except ConfigError as err:
             raise ConfigError(_about_overrides(str(err), staged, src, overrides)) from None
     return text.getvalue()
+
+
+SELECTORS = ("profile", "env.name")  # they choose the overlays below, at the top level
+
+
+def _active_overlays(params: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """The overlays ``load_config`` merges over the top level: the env's ``env_overrides``
+    entry and the active profile's (a key they set wins over the top-level one)."""
+    profile = (params.get("profiles") or {}).get(params.get("profile", "cpu")) or {}
+    env = {**(params.get("env") or {}), **(profile.get("env") or {})}.get("name", "textworld")
+    env_overlay = (params.get("env_overrides") or {}).get(env) or {}
+    return [o for o in (env_overlay, profile) if isinstance(o, Mapping)]
+
+
+def _set_where_defined(overlay: Any, path: list[str], value: Any) -> None:
+    """Set ``path`` in ``overlay`` to ``value`` if the overlay sets it (it would win)."""
+    node = overlay
+    for part in path[:-1]:
+        node = node.get(part) if isinstance(node, Mapping) else None
+    if isinstance(node, Mapping) and path[-1] in node:
+        node[path[-1]] = value
 
 
 def _about_overrides(message: str, staged: Path, src: Path, overrides: Mapping[str, Any]) -> str:

@@ -337,3 +337,17 @@ def test_env_pipelines_run_in_parallel_on_dask_in_their_own_workspaces(
         ws = Path(result["workspace"])
         assert json.loads((ws / "out" / "hello.json").read_text()) == stamps[env]
         assert result["worker"].endswith(f":{os.getpid()}")  # in the flow's own process
+
+
+def test_a_set_wins_over_the_env_and_profile_overlays(tmp_path: Path):
+    # the project's own params.yaml: its env_overrides and profiles set these keys, and
+    # load_config merges them over the top level, so a top-level --set was silently lost
+    src, dst = Path(__file__).resolve().parents[2] / "params.yaml", tmp_path / "params.yaml"
+    sw = {"env.name": "scienceworld", "rl.dreamgym_iterations": 10, "rl.grpo.sft_coef": 0.5}
+    set_params(src, dst, sw)
+    cfg = load_config(dst)
+    assert cfg.rl.dreamgym_iterations == 10 and cfg.rl.grpo.sft_coef == 0.5
+    assert cfg.rl.grpo.tasks_per_iteration == 4  # what the --set did not name stays
+    set_params(src, dst, {"profile": "ci", "rl.grpo.iterations": 10, "agent.seeds": [0, 1]})
+    cfg = load_config(dst)
+    assert cfg.rl.grpo.iterations == 10 and cfg.agent.seeds == (0, 1)
