@@ -14,9 +14,12 @@ several env pipelines overlap.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -157,6 +160,29 @@ def stage_env(parent_run_id: str | None, root: str | Path | None = None) -> dict
     return env
 
 
+def stop_group(proc: subprocess.Popen, grace_s: float = 10.0) -> None:
+    """Stop ``proc``'s process group: `dvc repro`, the shell it starts and the stage command
+    (killing `dvc repro` alone left the stage running, writing outputs, under PID 1).
+    SIGTERM first, so a stage can drop its partial outputs; SIGKILL after ``grace_s``."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    while _group_alive(proc) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+
+
+def _group_alive(proc: subprocess.Popen) -> bool:
+    proc.poll()  # reap the leader: a zombie still counts as a member
+    try:
+        os.killpg(proc.pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
 def _repro(stage: str, root: str, parent_run_id: str | None, force: bool = False) -> None:
     logger = get_run_logger()
     cmd = repro_command(stage, force)
@@ -169,14 +195,14 @@ def _repro(stage: str, root: str, parent_run_id: str | None, force: bool = False
         stderr=subprocess.STDOUT,
         text=True,
         errors="replace",  # a stage's non-UTF-8 output byte must not fail the task
+        start_new_session=True,  # its own process group: the stage command goes with it
     )
     assert proc.stdout is not None
     try:
         for line in proc.stdout:
             logger.info(line.rstrip())
     except BaseException:  # never leave `dvc repro` running (holding its lock) behind it
-        proc.kill()
-        proc.wait()
+        stop_group(proc)
         raise
     if proc.wait() != 0:
         raise RuntimeError(f"`dvc repro {stage}` failed with exit code {proc.returncode}")

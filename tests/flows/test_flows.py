@@ -287,3 +287,25 @@ def test_nightly_fresh_data_bumps_the_collection_round_keeping_comments(tmp_path
     text = (tmp_path / "params.yaml").read_text()
     assert "# DreamGym parameters." in text and "round: 2" in text
     assert load_config(tmp_path / "params.yaml", "ci").collect.round == 2
+
+
+def test_a_cancelled_stage_task_stops_the_stage_command_too(monkeypatch, tmp_path: Path):
+    # a Prefect cancel raises in the task while it streams `dvc repro`'s output: killing
+    # `dvc repro` alone left the stage command it started running under PID 1
+    import flows.stages as stages
+
+    pid_file = tmp_path / "stage.pid"
+    script = f"sleep 60 & echo $! > {pid_file}; echo started; wait"
+    monkeypatch.setattr(stages, "repro_command", lambda stage, force: ["bash", "-c", script])
+
+    class Cancelled:
+        def info(self, msg, *args):
+            if msg == "started":  # the stage's first output line
+                raise KeyboardInterrupt("cancelled")
+
+    monkeypatch.setattr(stages, "get_run_logger", Cancelled)
+    with pytest.raises(KeyboardInterrupt):
+        stages._repro("judge", str(tmp_path), None)
+    pid = int(pid_file.read_text())
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)
