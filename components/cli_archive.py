@@ -37,6 +37,9 @@ def archive_env_command(
     from components.cli_process import EXIT_ERROR, _one_line
     from components.evaluation.env_archive import archive_env
 
+    if not root.is_dir():  # a typo would get a new project (metrics/, reports/) there
+        typer.echo(f"error: --root {root}: no such folder (the project root)", err=True)
+        raise typer.Exit(EXIT_ERROR)
     try:
         done = archive_env(source, root, env=env, note=note)
     except (OSError, ValueError) as err:  # no run there, a broken file, a read-only root

@@ -181,6 +181,9 @@ def test_the_command_archives_and_reports_one_line_errors(clone_and_project):
         f"error: {project / 'x' / 'metrics' / 'table1.json'} is missing: run the pipeline "
         "there first"
     ]
+    typo = runner.invoke(app, ["archive-env", str(clone), "--root", str(project / "typo")])
+    assert typo.exit_code == 1 and "no such folder" in typo.output
+    assert not (project / "typo").exists()  # no new project made there
 
 
 def test_a_run_of_another_env_is_refused_before_anything_is_written(clone_and_project):
