@@ -271,7 +271,10 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, Any]]:
         key, sep, value = item.partition("=")
         if not sep:
             parser.error(f"--set {item!r}: expected KEY=VALUE")
-        overrides[key] = yaml.safe_load(value)
+        try:
+            overrides[key] = yaml.safe_load(value)
+        except yaml.YAMLError as err:
+            parser.error(f"--set {item!r}: not a YAML value ({str(err).splitlines()[0]})")
     sets = {**({"profile": args.profile} if args.profile else {}), **overrides}
     with one_line_errors():
         check_request(Path(args.root).resolve(), args.env, args.stage, sets)

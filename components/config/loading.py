@@ -292,6 +292,22 @@ def _read_params(path: Path) -> dict[str, Any]:
     return raw
 
 
+def _validate_other_envs(raw: dict[str, Any], path: Path, active_env: str) -> None:
+    """Every other env's ``env_overrides`` entry under every profile: a typo there would
+    otherwise surface only once `dvc exp run -S env.name=<env>` had started."""
+    overrides = raw.get("env_overrides") or {}
+    for env, overlay in overrides.items():
+        if env == active_env or not overlay:
+            continue
+        as_env = {**raw, "env": {**(raw.get("env") or {}), "name": env}}
+        for name in PROFILES:
+            try:
+                Config.model_validate(resolve_params(as_env, name))
+            except ValidationError as err:
+                where = f"{path}, env_overrides.{env}, profile '{name}'"
+                raise ConfigError(_format_errors(err, where)) from None
+
+
 def load_config(path: str | Path = PARAMS_FILE, profile: str | None = None) -> Config:
     """Load params.yaml, apply the profile overlay and validate everything."""
     path = Path(path)
@@ -310,6 +326,7 @@ def load_config(path: str | Path = PARAMS_FILE, profile: str | None = None) -> C
                 configs[name] = Config.model_validate(merged)
             except ValidationError as err:
                 raise ConfigError(_format_errors(err, f"{path}, profile '{name}'")) from None
+        _validate_other_envs(raw, path, configs[active].env.name)
     except ConfigError as err:
         # `dvc exp run -S key=value` writes params.yaml before any stage runs and does not
         # undo it when the stage fails: say how to get the committed file back

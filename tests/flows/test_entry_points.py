@@ -74,3 +74,14 @@ def test_pipeline_refuses_an_unknown_stage_or_a_missing_dvc_yaml_in_one_line(
     lines = capsys.readouterr().err.splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: unknown stages ['nope']; dvc.yaml has")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["dvc.yaml"]
+
+
+def test_envs_set_with_a_bad_yaml_value_is_a_usage_error(tmp_path: Path, capsys):
+    from flows.envs import main
+
+    with pytest.raises(SystemExit) as exit_:
+        main(["--root", str(tmp_path), "--env", "textworld", "--set", "agent.seeds=[0,1"])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "--set 'agent.seeds=[0,1': not a YAML value" in err
+    assert list(tmp_path.iterdir()) == []

@@ -84,6 +84,15 @@ def test_typo_in_an_inactive_profile_is_caught(tmp_path: Path):
         load_config(path)
 
 
+def test_typo_in_an_inactive_envs_overrides_is_caught(tmp_path: Path):
+    # found only once `dvc exp run -S env.name=scienceworld` had started, before
+    def typo(raw: dict[str, Any]) -> None:
+        raw["env_overrides"]["scienceworld"]["rl"]["s2r_task_priorr"] = "synthetic"
+
+    with pytest.raises(ConfigError, match=r"env_overrides\.scienceworld.*s2r_task_priorr"):
+        load_config(_write(tmp_path, typo))
+
+
 def test_wrong_type_and_unknown_profile(tmp_path: Path):
     path = _write(tmp_path, lambda r: r["env"].update(max_steps="many"))
     with pytest.raises(ConfigError, match=r"env\.max_steps"):
