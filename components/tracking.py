@@ -155,6 +155,18 @@ def run_provenance(root: Path, profile: str, env: str) -> dict[str, Any]:
     }
 
 
+def git_tags(root: Path) -> dict[str, str]:
+    """A run's code tags, as ``run_provenance`` judges them: edits to params.yaml (a
+    ``dvc exp run -S``, the nightly collection round) are not dirty code; they are tagged
+    ``params.overrides``."""
+    sha, dirty = git_commit(root, params_ok=True)
+    tags = {"mlflow.source.git.commit": sha, "git.dirty": str(dirty).lower()}
+    overrides = params_overrides(root)
+    if overrides:  # MLflow caps a tag's value at 5,000 characters
+        tags["params.overrides"] = json.dumps(overrides, sort_keys=True, default=str)[:4000]
+    return tags
+
+
 class StageRun:
     """An open MLflow run of one stage: log metrics, dicts, tables and artifacts."""
 
@@ -399,14 +411,8 @@ def stage_run(
     # under a pipeline run the stage joins the parent's experiment: the MLflow UI nests
     # child runs only within one experiment; alone it goes to dreamgym-<family>
     exp_id = parent_experiment_id(parent) if parent else experiment_id(root, family)
-    sha, dirty = git_commit(root)
-    tags: dict[str, str] = {
-        "stage": stage,
-        "family": family,
-        "profile": cfg.profile,
-        "mlflow.source.git.commit": sha,
-        "git.dirty": str(dirty).lower(),
-    }
+    tags: dict[str, str] = {"stage": stage, "family": family, "profile": cfg.profile}
+    tags |= git_tags(root)
     for name, path in (data or {}).items():
         tags[f"dvc.md5.{name}"] = dvc_md5(path) if path.exists() else "missing"
     with mlflow.start_run(
@@ -435,8 +441,7 @@ def pipeline_run(root: Path, name: str, params: Mapping[str, Any]) -> Iterator[s
     import mlflow
 
     configure(root)
-    sha, dirty = git_commit(root)
-    tags = {"mlflow.source.git.commit": sha, "git.dirty": str(dirty).lower()}
+    tags = git_tags(root)
     with mlflow.start_run(
         experiment_id=experiment_id(root, "pipeline"), run_name=name, tags=tags
     ) as run:

@@ -193,7 +193,7 @@ def evaluate_external(
     from components import manifest
     from components.envs.external import QUARANTINE_FILE, ExternalTasksError, quarantine_text
     from components.io import atomic_write_text
-    from components.tracking import git_commit, stage_run
+    from components.tracking import run_provenance, stage_run
 
     start = time.perf_counter()
     out = Path(out)
@@ -213,7 +213,6 @@ def evaluate_external(
         ) as run:
             rows = play(cfg, paths, dirs, found.tasks)
             table = success_table(rows)
-            sha, dirty = git_commit(paths.root)
             result = {
                 **about,
                 "env": cfg.env.name,
@@ -222,7 +221,7 @@ def evaluate_external(
                 "sources": {"games": list(games or []), "tasks": list(tasks or [])},
                 "table": table,
                 "eval_seconds": round(time.perf_counter() - start, 2),
-                "_provenance": {"git_commit": sha, "dirty": dirty, "profile": cfg.profile},
+                "_provenance": run_provenance(paths.root, cfg.profile, cfg.env.name),
             }
             text = markdown(table, result)
             write_json(out / SUCCESS_JSON, result)

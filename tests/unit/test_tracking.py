@@ -93,7 +93,7 @@ def test_stage_run_alone_goes_to_its_family_experiment(tmp_path, monkeypatch):
 def test_params_overrides_are_recorded_and_do_not_make_the_tree_dirty(tmp_path: Path):
     import subprocess
 
-    from components.tracking import git_commit, params_overrides
+    from components.tracking import git_commit, git_tags, params_overrides
 
     def git(*args: str) -> None:
         subprocess.run(["git", *args], cwd=tmp_path, check=True, capture_output=True)
@@ -107,8 +107,11 @@ def test_params_overrides_are_recorded_and_do_not_make_the_tree_dirty(tmp_path: 
     (tmp_path / "params.yaml").write_text("env:\n  name: scienceworld\nseed: 0\n")  # exp run -S
     assert params_overrides(tmp_path) == {"env.name": "scienceworld"}
     assert git_commit(tmp_path)[1] and not git_commit(tmp_path, params_ok=True)[1]
+    # the MLflow runs' tags judge it as the metrics' _provenance does (they disagreed)
+    tags = git_tags(tmp_path)
+    assert tags["git.dirty"] == "false" and "scienceworld" in tags["params.overrides"]
     (tmp_path / "code.py").write_text("x = 2\n")  # code is never an override
-    assert git_commit(tmp_path, params_ok=True)[1]
+    assert git_commit(tmp_path, params_ok=True)[1] and git_tags(tmp_path)["git.dirty"] == "true"
 
 
 def test_first_stages_started_together_share_one_whole_store(tmp_path: Path):
