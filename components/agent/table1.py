@@ -143,6 +143,8 @@ def mode_summary(rows: Sequence[Mapping[str, Any]], mode: str) -> dict[str, Any]
         "ci_low": lo,
         "ci_high": hi,
         "episodes": episodes,
+        # episodes the simulator broke: counted as failures (the policy may not be at fault)
+        "env_errors": sum(r["mode"] == mode and bool(r.get("env_error")) for r in rows),
         "tasks": len(m),
         "seeds": len(seeds),
         "per_seed": per_seed,
@@ -321,5 +323,10 @@ def markdown(table: Table) -> str:
                 f"| {r['episodes']} "
                 f"| {r['seeds']} | {steps} |"
             )
+        broken = [
+            f"{LABELS[m]} {r['env_errors']}" for m, r in rows.items() if r and r.get("env_errors")
+        ]
+        if broken:
+            lines += ["", "Episodes the env broke, counted as failures: " + ", ".join(broken)]
         lines.append("")
     return "\n".join(lines) if lines else "No policy has been evaluated yet.\n"

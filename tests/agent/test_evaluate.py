@@ -169,6 +169,15 @@ def test_table1_has_every_method_random_first_and_never_fills_in():
     assert markdown({}).startswith("No policy")
 
 
+def test_table1_counts_and_says_the_episodes_the_env_broke():
+    broken = [{**r, "success": 0, "env_error": "EnvError: jvm died"} for r in _rows([0, 0])]
+    episodes = {"sft": _rows([1, 1]) + broken, "random": _rows([0, 0, 0, 0])}
+    rows = build_table("textworld", episodes, {})["textworld"]
+    assert rows["sft"]["env_errors"] == 2 and rows["random"]["env_errors"] == 0
+    text = markdown(build_table("textworld", episodes, {}))
+    assert "Episodes the env broke, counted as failures: SFT 2" in text
+
+
 def test_table1_pairs_the_dreamgym_rows_with_the_claims_they_test():
     episodes = {
         "sft": _rows([0, 0, 0, 0]),
