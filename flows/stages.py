@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -27,6 +28,7 @@ from typing import Any
 import yaml
 from prefect import get_run_logger, task
 
+from components.cli_process import EXIT_BUDGET, EXIT_CONFIG
 from components.tracking import PARENT_RUN_ENV
 
 ACCELERATOR_TAG = "accelerator"
@@ -198,18 +200,48 @@ def _repro(stage: str, root: str, parent_run_id: str | None, force: bool = False
         start_new_session=True,  # its own process group: the stage command goes with it
     )
     assert proc.stdout is not None
+    command_exit: int | None = None
     try:
         for line in proc.stdout:
             logger.info(line.rstrip())
+            if found := _COMMAND_EXIT.search(line):
+                command_exit = int(found.group(1))
     except BaseException:  # never leave `dvc repro` running (holding its lock) behind it
         stop_group(proc)
         raise
     if proc.wait() != 0:
-        raise RuntimeError(f"`dvc repro {stage}` failed with exit code {proc.returncode}")
+        raise StageFailed(stage, proc.returncode, command_exit)
+
+
+class StageFailed(RuntimeError):
+    """`dvc repro <stage>` failed; ``command_exit`` is the stage command's own exit code
+    (DVC exits 255 whatever the command did), None where DVC itself failed."""
+
+    def __init__(self, stage: str, returncode: int, command_exit: int | None) -> None:
+        why = f", its command exited with {command_exit}" if command_exit is not None else ""
+        super().__init__(f"`dvc repro {stage}` failed with exit code {returncode}{why}")
+        self.command_exit = command_exit
+
+
+# DVC's last word on a failed command: "... failed to run: <cmd>, exited with 2"
+_COMMAND_EXIT = re.compile(r"exited with (-?\d+)\s*$")
+# a bad parameter (2) or a spent cost budget (3) fails the same way again: no retry
+NOT_RETRIED = (EXIT_CONFIG, EXIT_BUDGET)
+
+
+def retry_transient(task: Any, task_run: Any, state: Any) -> bool:
+    """Prefect's retry condition: retry unless the stage command failed deterministically."""
+    err = state.data
+    return not (isinstance(err, StageFailed) and err.command_exit in NOT_RETRIED)
 
 
 repro_io_stage = task(
-    _repro, name="dvc-repro-io", retries=2, retry_delay_seconds=[10, 60], task_run_name="{stage}"
+    _repro,
+    name="dvc-repro-io",
+    retries=2,
+    retry_delay_seconds=[10, 60],
+    retry_condition_fn=retry_transient,
+    task_run_name="{stage}",
 )
 repro_compute_stage = task(
     _repro, name="dvc-repro", retries=0, tags=[ACCELERATOR_TAG], task_run_name="{stage}"

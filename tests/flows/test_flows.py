@@ -309,3 +309,24 @@ def test_a_cancelled_stage_task_stops_the_stage_command_too(monkeypatch, tmp_pat
     pid = int(pid_file.read_text())
     with pytest.raises(ProcessLookupError):
         os.kill(pid, 0)
+
+
+@pytest.mark.parametrize(
+    ("command_exit", "retried"), [(2, False), (3, False), (1, True), (None, True)]
+)
+def test_an_io_stage_retries_transient_failures_only(monkeypatch, tmp_path, command_exit, retried):
+    # a bad parameter (exit 2) or a spent budget (3) fails again: 70 s of retries for nothing
+    from types import SimpleNamespace
+
+    import flows.stages as stages
+
+    said = f"echo 'ERROR: failed to run: x, exited with {command_exit}'; " if command_exit else ""
+    script = f"{said}exit 255"
+    monkeypatch.setattr(stages, "repro_command", lambda stage, force: ["bash", "-c", script])
+    monkeypatch.setattr(stages, "get_run_logger", lambda: SimpleNamespace(info=lambda *a: None))
+    with pytest.raises(stages.StageFailed) as failed:
+        stages._repro("collect", str(tmp_path), None)
+    assert failed.value.command_exit == command_exit
+    state = SimpleNamespace(data=failed.value)
+    assert stages.retry_transient(None, None, state) is retried
+    assert stages.repro_io_stage.retry_condition_fn is stages.retry_transient
