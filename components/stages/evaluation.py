@@ -120,15 +120,16 @@ def _replay(
 
 def judge(cfg: Config, paths: Paths) -> dict[str, Any]:
     """Stage judge: the four criteria per experience-model variant; metrics/judge.json."""
-    from components.artifacts import VARIANTS, experience_model_dir
+    from components.artifacts import experience_model_dir
     from components.envs import make_env
     from components.evaluation.judge import compare_variants, make_judge, run_judge
+    from components.stages.experience import evaluable_variants
     from components.tracking import stage_run
 
     _require_trajectories(paths)
     if not paths.tasks_file.exists():
         raise FileNotFoundError(f"{paths.tasks_file} missing: run `dreamgym generate-tasks`")
-    variants = [v for v in VARIANTS if experience_model_dir(paths, v).exists()]
+    variants = evaluable_variants(paths)
     if not variants:
         raise FileNotFoundError(
             f"{experience_model_dir(paths)} missing: run `dreamgym train-experience-model`"

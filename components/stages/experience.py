@@ -39,6 +39,44 @@ from components.schema import Trajectory, read_jsonl
 from components.stages.common import alias_tags, numbers, write_json
 
 log = logging.getLogger("dreamgym")
+TRAINED_ON = "trained_on.json"  # in each model folder: the data it was fitted on
+
+
+def mark_trained_on(model_dir: Path, paths: Paths) -> None:
+    """Record in ``model_dir`` which trajectories file (its md5) the model was fitted on."""
+    from components.tracking import dvc_md5
+
+    mark = {"trajectories": dvc_md5(paths.trajectories_file)}
+    (model_dir / TRAINED_ON).write_text(json.dumps(mark) + "\n", encoding="utf-8")
+
+
+def evaluable_variants(paths: Paths) -> list[str]:
+    """The experience-model variants present and fitted on the same data as ``full``.
+
+    A variant is trained by hand (``train-experience-model --variant``), outside DVC's
+    graph: one fitted on older trajectories would be scored beside ``full`` as if it were
+    an ablation of it, so it is left out, with a warning saying how to refresh it."""
+    present = [v for v in VARIANTS if experience_model_dir(paths, v).exists()]
+    if "full" not in present:
+        return present
+
+    def trained_on(variant: str) -> Any:
+        mark = experience_model_dir(paths, variant) / TRAINED_ON
+        return json.loads(mark.read_text(encoding="utf-8")) if mark.exists() else None
+
+    full = trained_on("full")
+    if full is None:  # a model of an older version: nothing to compare with
+        return present
+    stale = [v for v in present if v != "full" and trained_on(v) != full]
+    for v in stale:
+        log.warning(
+            "experience model %s was fitted on other trajectories than full: left out "
+            "(refresh it: dreamgym train-experience-model --variant %s)",
+            v,
+            v,
+        )
+    return [v for v in present if v not in stale]
+
 
 FIDELITY_TAGS = ("eps_R", "state_soft_match", "malformed_rate")  # rounded on the alias
 REGISTERED_MODEL = "experience-model"
@@ -223,6 +261,7 @@ def train_grounded(cfg: Config, paths: Paths, variant: str) -> dict[str, Any]:
         # which edit each verb learned and how often it reproduces the real next state
         meta["edit_match_by_verb"] = stats.get("edit_match_by_verb", {})
         (tmp / "meta.json").write_text(json.dumps(meta, indent=2, sort_keys=True))
+        mark_trained_on(tmp, paths)
         swap_dir(tmp, out)
         metrics = {**stats, "fit_seconds": round(time.perf_counter() - start, 2)}
         run.log_metrics(numbers(metrics))
@@ -371,6 +410,7 @@ def train_experience_model(cfg: Config, paths: Paths, variant: str = "full") -> 
         }
         out = experience_model_dir(paths, variant)
         save_model(model, tokenizer, out, meta)
+        mark_trained_on(out, paths)
         metrics: dict[str, Any] = {
             **result.metrics(),
             **{f"data_{k}": v for k, v in train_stats.items()},
@@ -409,7 +449,7 @@ def evaluate_fidelity(cfg: Config, paths: Paths) -> dict[str, Any]:
     from components.tracking import run_provenance, stage_run, tag_model_alias
 
     trajectories = _load_trajectories(paths)
-    present = [v for v in VARIANTS if experience_model_dir(paths, v).exists()]
+    present = evaluable_variants(paths)
     if "full" not in present:
         raise FileNotFoundError(
             f"{experience_model_dir(paths)} missing: run train-experience-model"

@@ -128,3 +128,21 @@ def test_no_reasoning_is_refused_on_the_grounded_model(tmp_path, variant):
     with pytest.raises(ConfigError, match="does not reason"):
         train_experience_model(cfg, Paths(tmp_path), variant)
     assert not any(tmp_path.iterdir())
+
+
+def test_a_variant_fitted_on_other_trajectories_is_not_scored_beside_full(tmp_path, caplog):
+    # variants are trained by hand, outside DVC's graph: after new data, an old no_replay
+    # was evaluated and reported as if it were full's ablation
+    from components.artifacts import experience_model_dir
+    from components.stages.experience import evaluable_variants, mark_trained_on
+
+    paths = Paths(tmp_path)
+    paths.trajectories_file.parent.mkdir(parents=True)
+    for variant, data in (("no_replay", "old\n"), ("no_history", "new\n"), ("full", "new\n")):
+        paths.trajectories_file.write_text(data)
+        experience_model_dir(paths, variant).mkdir(parents=True)
+        mark_trained_on(experience_model_dir(paths, variant), paths)
+    assert evaluable_variants(paths) == ["full", "no_history"]
+    assert "no_replay was fitted on other trajectories" in caplog.text
+    (experience_model_dir(paths, "full") / "trained_on.json").unlink()  # an older full
+    assert evaluable_variants(paths) == ["full", "no_history", "no_replay"]
