@@ -121,6 +121,10 @@ def method_fidelity(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         "family_mae": float(np.mean(errors)) if errors else 0.0,
         "family_mae_constant": float(np.mean(constant)) if constant else 0.0,
         "episodes": sum(r["side"] == REAL for r in rows),
+        # episodes the env broke (counted as losses): a real-side crash widens the gap
+        "env_errors": {
+            s: sum(r["side"] == s and bool(r.get("env_error")) for r in rows) for s in SIDES
+        },
     }
     loop = open_loop_fidelity(rows)
     if loop is not None:

@@ -98,6 +98,7 @@ def play(
                         "won": bool(ep.won),
                         "steps": len(ep.turns),
                         "actions": [t.act.action for t in ep.turns],
+                        "env_error": ep.env_error,  # a crash, counted as a loss: said
                     }
                 )
             bar.update(len(part))

@@ -38,6 +38,9 @@ def test_optimism_shows_per_family_and_against_the_constant_baseline():
     assert f["family_mae"] == pytest.approx(0.5)
     assert f["family_mae_constant"] == pytest.approx(0.125)
     assert f["episodes"] == 8
+    assert f["env_errors"] == {"dream": 0, "real": 0}
+    crashed = [{**r, "env_error": "EnvError: jvm died"} if r["side"] == "real" else r for r in SFT]
+    assert method_fidelity(crashed)["env_errors"] == {"dream": 0, "real": 8}
 
 
 def test_gain_is_compared_with_the_real_gain_and_no_change():
