@@ -17,10 +17,8 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -162,27 +160,27 @@ def stage_env(parent_run_id: str | None, root: str | Path | None = None) -> dict
     return env
 
 
-def stop_group(proc: subprocess.Popen, grace_s: float = 10.0) -> None:
-    """Stop ``proc``'s process group: `dvc repro`, the shell it starts and the stage command
-    (killing `dvc repro` alone left the stage running, writing outputs, under PID 1).
-    SIGTERM first, so a stage can drop its partial outputs; SIGKILL after ``grace_s``."""
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(proc.pid, signal.SIGTERM)
-    deadline = time.monotonic() + grace_s
-    while _group_alive(proc) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait()
+def stop_tree(proc: subprocess.Popen, grace_s: float = 10.0) -> None:
+    """Stop ``proc`` and every process under it: `dvc repro`, the shell it starts and the
+    stage command (killing `dvc repro` alone left the stage running, writing outputs, under
+    PID 1). SIGTERM first, so a stage can drop its partial outputs; SIGKILL after
+    ``grace_s``. (The stage stays in our process group: Ctrl-C in a terminal reaches it
+    directly, even when a worker thread runs this task.)"""
+    import psutil
 
-
-def _group_alive(proc: subprocess.Popen) -> bool:
-    proc.poll()  # reap the leader: a zombie still counts as a member
     try:
-        os.killpg(proc.pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
+        root = psutil.Process(proc.pid)
+        tree = [root, *root.children(recursive=True)]  # listed before any of them exits
+    except psutil.NoSuchProcess:
+        tree = []
+    for p in tree:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            p.terminate()
+    _, alive = psutil.wait_procs(tree, timeout=grace_s)
+    for p in alive:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            p.kill()
+    proc.wait()
 
 
 def _repro(stage: str, root: str, parent_run_id: str | None, force: bool = False) -> None:
@@ -197,7 +195,6 @@ def _repro(stage: str, root: str, parent_run_id: str | None, force: bool = False
         stderr=subprocess.STDOUT,
         text=True,
         errors="replace",  # a stage's non-UTF-8 output byte must not fail the task
-        start_new_session=True,  # its own process group: the stage command goes with it
     )
     assert proc.stdout is not None
     command_exit: int | None = None
@@ -207,7 +204,7 @@ def _repro(stage: str, root: str, parent_run_id: str | None, force: bool = False
             if found := _COMMAND_EXIT.search(line):
                 command_exit = int(found.group(1))
     except BaseException:  # never leave `dvc repro` running (holding its lock) behind it
-        stop_group(proc)
+        stop_tree(proc)
         raise
     if proc.wait() != 0:
         raise StageFailed(stage, proc.returncode, command_exit)
@@ -220,7 +217,11 @@ class StageFailed(RuntimeError):
     def __init__(self, stage: str, returncode: int, command_exit: int | None) -> None:
         why = f", its command exited with {command_exit}" if command_exit is not None else ""
         super().__init__(f"`dvc repro {stage}` failed with exit code {returncode}{why}")
-        self.command_exit = command_exit
+        self.stage, self.returncode, self.command_exit = stage, returncode, command_exit
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # a Dask worker sends it back pickled: rebuilt from its own arguments, not args
+        return type(self), (self.stage, self.returncode, self.command_exit)
 
 
 # DVC's last word on a failed command: "... failed to run: <cmd>, exited with 2"

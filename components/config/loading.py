@@ -168,10 +168,10 @@ def _deep_merge(base: dict[str, Any], overlay: dict[str, Any]) -> dict[str, Any]
     return out
 
 
-def _format_errors(err: ValidationError, source: str) -> str:
+def _format_errors(err: ValidationError | list[Any], source: str) -> str:
     # one line: a CLI error is a single line on stderr, each problem naming its key
     problems = []
-    for e in err.errors():
+    for e in err.errors() if isinstance(err, ValidationError) else err:
         key = ".".join(str(p) for p in e["loc"]) or "<root>"
         msg = "unknown key" if e["type"] == "extra_forbidden" else e["msg"]
         value = e.get("input")
@@ -300,12 +300,29 @@ def _validate_other_envs(raw: dict[str, Any], path: Path, active_env: str) -> No
         if env == active_env or not overlay:
             continue
         as_env = {**raw, "env": {**(raw.get("env") or {}), "name": env}}
+        sets = _leaf_paths(overlay)
         for name in PROFILES:
             try:
                 Config.model_validate(resolve_params(as_env, name))
             except ValidationError as err:
-                where = f"{path}, env_overrides.{env}, profile '{name}'"
-                raise ConfigError(_format_errors(err, where)) from None
+                # only what the entry itself sets: the top level may hold what only the
+                # active env allows (env.reward: score), which this env never runs with
+                own = [e for e in err.errors() if _overlaps(tuple(map(str, e["loc"])), sets)]
+                if own:
+                    where = f"{path}, env_overrides.{env}, profile '{name}'"
+                    raise ConfigError(_format_errors(own, where)) from None
+
+
+def _leaf_paths(tree: Any, prefix: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
+    """Every key path of a nested mapping down to its leaves."""
+    if not isinstance(tree, dict) or not tree:
+        return [prefix]
+    return [p for k, v in tree.items() for p in _leaf_paths(v, (*prefix, str(k)))]
+
+
+def _overlaps(loc: tuple[str, ...], paths: list[tuple[str, ...]]) -> bool:
+    """Whether an error at ``loc`` concerns one of ``paths`` (either is a prefix of the other)."""
+    return any(loc[: len(p)] == p or p[: len(loc)] == loc for p in paths)
 
 
 def load_config(path: str | Path = PARAMS_FILE, profile: str | None = None) -> Config:

@@ -169,6 +169,9 @@ def _initial_states(trajectories: Iterable[Trajectory], task_ids: set[str]) -> d
     return out
 
 
+_FAMILY_SLUG = re.compile(r"[^A-Za-z0-9_-]+")
+
+
 def generated_task(parent: Task, instruction: str) -> Task:
     """A generated Task: the parent's family/env/difficulty, a stable id, no game file.
 
@@ -180,7 +183,8 @@ def generated_task(parent: Task, instruction: str) -> Task:
     text = " ".join(instruction.split())
     key = stable_id(parent.task_id, text.lower(), n=12)
     return Task(
-        task_id=f"{GENERATED_PREFIX}-{parent.family}-{key}",
+        # the family is free text (a user's games may say "ifdb/zork"): slugged for the id
+        task_id=f"{GENERATED_PREFIX}-{_FAMILY_SLUG.sub('-', parent.family)}-{key}",
         env=parent.env,
         family=parent.family,
         difficulty=parent.difficulty,

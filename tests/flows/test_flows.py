@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 import re
 import shutil
 import subprocess
@@ -330,3 +331,6 @@ def test_an_io_stage_retries_transient_failures_only(monkeypatch, tmp_path, comm
     state = SimpleNamespace(data=failed.value)
     assert stages.retry_transient(None, None, state) is retried
     assert stages.repro_io_stage.retry_condition_fn is stages.retry_transient
+    # a Dask worker sends the failure back pickled: it must come back whole
+    back = pickle.loads(pickle.dumps(failed.value))
+    assert back.command_exit == command_exit and str(back) == str(failed.value)

@@ -115,3 +115,14 @@ def test_generate_variants_builds_generated_tasks():
     assert carrot.task_id == carrot2.task_id and carrot.task_id.startswith("gen-cooking-")
     assert lamp.task_id != carrot.task_id
     assert generate_variants(lambda p: [], seeds, 0) == []
+
+
+def test_a_variant_of_a_task_whose_family_is_a_path_gets_a_file_safe_id():
+    # a user's games may name a family "ifdb/zork": the variant id (gen-<family>-<key>)
+    # failed the task_id check and ended the DreamGym run at its first generation round
+    from components.experience.task_generation import generated_task
+    from tests.factories import make_task
+
+    parent = make_task("ext-zork-1234abcd").model_copy(update={"family": "ifdb/zork"})
+    variant = generated_task(parent, "Find the lamp.")
+    assert variant.task_id.startswith("gen-ifdb-zork-") and variant.family == "ifdb/zork"

@@ -91,6 +91,10 @@ def test_typo_in_an_inactive_envs_overrides_is_caught(tmp_path: Path):
 
     with pytest.raises(ConfigError, match=r"env_overrides\.scienceworld.*s2r_task_priorr"):
         load_config(_write(tmp_path, typo))
+    # what the entry does not set is judged for the active env only: a score reward is
+    # TextWorld's and ScienceWorld's, never MiniWoB++'s, yet a TextWorld project may use it
+    score = load_config(_write(tmp_path, lambda r: r["env"].update(reward="score")))
+    assert score.env.reward == "score"
 
 
 def test_wrong_type_and_unknown_profile(tmp_path: Path):
