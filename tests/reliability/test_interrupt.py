@@ -26,9 +26,16 @@ pytestmark = pytest.mark.timeout(240)
 STEP_S = 0.25  # each step of the fake env: a game of 3 episodes x 3 steps takes ~2 s
 
 _CHILD = '''
+import signal
 import sys
 import time
 from pathlib import Path
+
+# started as a shell starts a command: SIGINT handled and not blocked, whatever state the
+# test runner's thread was in (a blocked mask and an ignored SIGINT both survive exec:
+# the child then never saw the test's Ctrl-C, finished and exited 0)
+signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+signal.signal(signal.SIGINT, signal.default_int_handler)
 
 import components.envs as envs
 from components.envs.base import ADMISSIBLE, VALID, WON
