@@ -67,3 +67,34 @@ def fake_openai() -> Iterator[Callable[..., FakeOpenAIServer]]:
     yield start
     for srv in servers:
         srv.stop()
+
+
+@pytest.fixture(autouse=True)
+def _sigint_state_restored() -> Iterator[None]:
+    """Each test starts with the SIGINT handler and mask the previous one found.
+
+    A test (or a library it calls) that leaves SIGINT ignored or blocked in the worker
+    passes that on to every child a later test starts (both survive exec): the Ctrl-C
+    tests' children then never saw the test's SIGINT (three CI failures on one worker).
+    The state is put back and the leak named in the warnings summary.
+    """
+    import signal
+    import threading
+    import warnings
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    handler = signal.getsignal(signal.SIGINT)
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, set())
+    yield
+    after_handler = signal.getsignal(signal.SIGINT)
+    after_mask = signal.pthread_sigmask(signal.SIG_BLOCK, set())
+    if after_handler is not handler or after_mask != mask:
+        signal.signal(signal.SIGINT, handler)
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+        warnings.warn(
+            f"the test left SIGINT changed (handler {after_handler!r}, mask "
+            f"{sorted(after_mask)}); restored",
+            stacklevel=1,
+        )

@@ -66,7 +66,7 @@ def start_chromium(chrome_binary: str, chromedriver: str, timeout_s: float) -> t
 
 PROFILE_PREFIX = "dreamgym-miniwob-"
 STALE_PROFILE_S = 3600.0  # a profile dir this old with no process naming it was leaked
-KILL_WAIT_S = 2.0
+KILL_WAIT_S = 15.0  # an upper bound: a SIGKILLed process is normally gone in milliseconds
 
 
 def _pids_naming(marker: bytes) -> list[int]:
@@ -95,15 +95,19 @@ def _running(pid: int) -> bool:
 
 def kill_profile_processes(profile_dir: str) -> None:
     """Kill the chromedriver and the Chromium processes of this profile dir, remove it."""
-    pids = _pids_naming(profile_dir.encode())
-    for pid in pids:
-        with contextlib.suppress(OSError):
-            os.kill(pid, signal.SIGKILL)
+    marker = profile_dir.encode()
     # a Chromium still shutting down writes into its profile: removing the dir before
-    # they are gone left a half-removed one behind (one per Ctrl-C'd browser)
+    # they are gone left a half-removed one behind (one per Ctrl-C'd browser). Rescan
+    # until none is left: a zygote may fork a renderer after the first scan, and a
+    # process blocked in a disk write on a busy machine dies only when the write ends
     deadline = time.monotonic() + KILL_WAIT_S
-    while any(_running(pid) for pid in pids) and time.monotonic() < deadline:
-        time.sleep(0.02)
+    while (pids := [pid for pid in _pids_naming(marker) if _running(pid)]) and (
+        time.monotonic() < deadline
+    ):
+        for pid in pids:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+        time.sleep(0.05)
     shutil.rmtree(profile_dir, ignore_errors=True)
 
 
