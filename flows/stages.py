@@ -2,11 +2,12 @@
 
 Each stage runs as ``dvc repro <stage>``, so DVC decides what is stale and a rerun with
 nothing changed does nothing. Only the I/O-bound stages retry (``IO_STAGES``: task
-generation and collection from the envs, teacher annotation, the judge; an env server or
-API may fail for a moment). Every other stage is compute-bound and never retries (a retry
-would only repeat a deterministic failure): training, and the evaluation stages that run
-the policies and the experience model on the real simulators (``evaluate_random``,
-``evaluate_policy``, ``theorem1``, ``policy_fidelity``) alike. Those stages are tagged
+generation and collection from the envs; teacher annotation and the judge when an API
+answers them, ``is_io_bound``; an env server or API may fail for a moment). Every other
+stage is compute-bound and never retries (a retry would only repeat a deterministic
+failure): training, and the evaluation stages that run the policies and the experience
+model on the real simulators (``evaluate_random``, ``evaluate_policy``, ``theorem1``,
+``policy_fidelity``) alike. Those stages are tagged
 ``accelerator``, so a Prefect tag concurrency limit serialises them
 (``prefect concurrency-limit create accelerator 1``): with it, only the I/O stages of
 several env pipelines overlap.
@@ -27,6 +28,7 @@ import yaml
 from prefect import get_run_logger, task
 
 from components.cli_process import EXIT_BUDGET, EXIT_CONFIG
+from components.config import PARAMS_FILE, Config, load_config
 from components.tracking import PARENT_RUN_ENV
 
 ACCELERATOR_TAG = "accelerator"
@@ -35,6 +37,10 @@ DVC_FILE = "dvc.yaml"
 # a retry. theorem1 and policy_fidelity are not: they run local policies and the experience
 # model on the simulators (the grounded judge's replay), compute-bound like evaluate_policy
 IO_STAGES = frozenset({"generate_tasks", "collect", "annotate", "judge"})
+# the stages that call the teacher or the judge, by config section: I/O-bound only with an
+# API behind them; the grounded (and hf) backends compute in the stage's own process
+API_STAGES = {"annotate": "teacher", "judge": "judge"}
+API_BACKEND = "openai"
 # every dvc.yaml stage belongs to exactly one family (a test checks it)
 FAMILIES: dict[str, tuple[str, ...]] = {
     "data": ("generate_tasks", "collect", "ingest", "build_buffer", "annotate"),
@@ -249,12 +255,21 @@ repro_compute_stage = task(
 )
 
 
-def stage_task(stage: str) -> Any:
+def is_io_bound(stage: str, config: Config | None = None) -> bool:
+    """Whether ``stage`` waits on I/O: an env, or (under ``config``) its teacher's or judge's
+    API; without a config annotate and judge count as API-backed."""
+    if stage in API_STAGES and config is not None:
+        return getattr(config, API_STAGES[stage]).backend == API_BACKEND
+    return stage in IO_STAGES
+
+
+def stage_task(stage: str, config: Config | None = None) -> Any:
     """The task that runs ``stage``: retried if it is I/O-bound, else tagged ``accelerator``."""
-    return repro_io_stage if stage in IO_STAGES else repro_compute_stage
+    return repro_io_stage if is_io_bound(stage, config) else repro_compute_stage
 
 
 def run_stages(stages: list[str], root: Path, parent_run_id: str | None, force: bool) -> None:
-    """Run stages in order, each with the retry policy of its kind."""
+    """Run stages in order, each with the retry policy of its kind under root's params."""
+    config = load_config(root / PARAMS_FILE)
     for stage in stages:
-        stage_task(stage)(stage, str(root), parent_run_id, force)
+        stage_task(stage, config)(stage, str(root), parent_run_id, force)

@@ -139,6 +139,26 @@ def test_only_io_bound_stages_retry_and_every_other_stage_is_tagged_accelerator(
     assert listed is not None and set(re.findall(r"`(\w+)`", listed.group(1))) == IO_STAGES
 
 
+def test_annotate_and_judge_retry_only_when_an_api_answers_them():
+    from components.config import load_config
+    from flows.stages import ACCELERATOR_TAG, stage_task
+
+    # the default grounded teacher and judge compute in the stage's own process
+    config = load_config(ROOT / "params.yaml")
+    assert (config.teacher.backend, config.judge.backend) == ("grounded", "grounded")
+    for stage in ("annotate", "judge"):
+        assert ACCELERATOR_TAG in stage_task(stage, config).tags
+    served = config.model_copy(
+        update={
+            "teacher": config.teacher.model_copy(update={"backend": "openai"}),
+            "judge": config.judge.model_copy(update={"backend": "openai"}),
+        }
+    )
+    for stage in ("annotate", "judge"):
+        assert stage_task(stage, served).retries == 2
+    assert stage_task("collect", config).retries == 2  # an env stays I/O whatever the backends
+
+
 def test_repro_command_and_stage_environment(monkeypatch):
     monkeypatch.setenv("PATH", "/usr/bin")
     assert repro_command("judge", force=False)[1:] == ["-m", "dvc", "repro", "judge"]
