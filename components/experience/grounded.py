@@ -350,6 +350,8 @@ class GroundedModel(RoomKnowledge, TaskVariants):
                         )
                     else:
                         ns, _, won, lost = _top(outcomes)
+                    if rooms and not (self.science or self.pages):  # TextWorld's rooms
+                        ns = _as_left(ns, state, rooms)
                     adm, fallback = self._admissible(game, ns, admissible, _played(memory, action))
                     why = "This command was seen in this state of this game: same outcome."
                     if evidence == SYNTHETIC_REPLAY:
@@ -574,6 +576,16 @@ class GroundedModel(RoomKnowledge, TaskVariants):
 def is_grounded_dir(path: Path) -> bool:
     """``path`` holds a saved grounded experience model."""
     return (Path(path) / MODEL_FILE).exists()
+
+
+def _as_left(next_state: str, state: str, rooms: dict[str, str]) -> str:
+    """A recorded move into a room this episode saw before: that room as the episode left
+    it (a recording opened no chest there; TextWorld changes nothing out of sight)."""
+    nloc, nsur, ninv = split_cached(next_state)
+    left = rooms.get(nloc)
+    if left is None or left == nsur or nloc == split_cached(state)[0]:
+        return next_state
+    return render_state(nloc, left, ninv, next_state.rpartition("\nFeedback: ")[2])
 
 
 def _is_generated(task: Task) -> bool:

@@ -10,6 +10,7 @@ curriculum (components/curriculum) asks for them for the tasks of highest reward
 from __future__ import annotations
 
 import random
+import re
 from collections import Counter
 from typing import Any
 
@@ -44,15 +45,17 @@ class TaskVariants:
                 found.setdefault(name, where)
         return sorted(found.items())
 
-    def variants(self, seed: Task, n: int, iteration: int) -> list[str]:
+    def variants(self, seed: Task, n: int, iteration: int, draw: int | None = None) -> list[str]:
         """Up to ``n`` new instructions in ``seed``'s game: an earlier step of a multi-step
         instruction as the goal, or another object this game holds as the thing to get
-        (a page: the same page with another target, ``page_variants``; ScienceWorld: none)."""
+        (a page: the same page with another target, ``page_variants``; ScienceWorld: none).
+        ``draw``: the run's own seed for this round (each RL seed draws its own)."""
         if self.science:
             # TextWorld's grammar made "Take the nothing; a couch from the chair is." of a
             # ScienceWorld room, and no variant of the dreamt runs was ever won (0 of 1,152)
             return []
-        rng = random.Random(f"{self.settings.seed}:{seed.task_id}:{iteration}")
+        key = f"{self.settings.seed}:{seed.task_id}:{iteration}"
+        rng = random.Random(key if draw is None else f"{key}:{draw}")
         game = seed.parent_task_id if seed.generated and seed.parent_task_id else seed.task_id
         if self.pages:  # the same page with another target
             start = self.initial.get(game)
@@ -63,7 +66,8 @@ class TaskVariants:
             options += [" ".join(steps[:j]) for j in range(1, len(steps))]
         target = seed.walkthrough[-1] if seed.walkthrough else ""
         for obj, where in self.objects_of(game):
-            if obj.lower() not in target.lower():
+            # a whole word: the keycard the target takes is not the key
+            if not re.search(rf"\b{re.escape(obj.lower())}\b", target.lower()):
                 verb = rng.choice(("Retrieve", "Recover", "Pick up", "Take"))
                 options.append(f"{verb} the {obj} from {where}.")
         rng.shuffle(options)

@@ -101,6 +101,7 @@ class DreamGymRun:
         namespace = f"{method}-seed{seed}"
         generate_fn = variant_fn = None
         if is_grounded_dir(exp_dir):
+            from components.curriculum.curriculum import variant_seed
             from components.experience.grounded import GroundedModel
             from components.experience.grounded_env import GroundedVectorEnv
             from components.experience.task_generation import generated_task
@@ -115,10 +116,11 @@ class DreamGymRun:
             model = self.model
 
             def variant_fn(seeds: Sequence[Task], n: int, iteration: int) -> list[Task]:
+                draw = variant_seed(cfg.curriculum.seed, seed, iteration)  # this run's own
                 return [
                     generated_task(t, text)
                     for t in seeds
-                    for text in model.variants(t, n, iteration)
+                    for text in model.variants(t, n, iteration, draw)
                 ]
 
             if resumed_at > 0 and self.coevolve:  # remember earlier rounds' dreams, as they did

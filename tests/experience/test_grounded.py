@@ -287,6 +287,21 @@ def test_a_known_exit_leads_to_the_room_as_this_episode_left_it(model):
     )
 
 
+def test_a_recorded_move_back_shows_the_room_as_this_episode_left_it(model):
+    """Replay knows the hall's "go east" from the recordings (the chest closed): walking
+    back, the chest this episode opened stays open, as the real game shows it."""
+    task = _task(0)
+    env = GroundedVectorEnv(model, max_steps=20)
+    env.reset([task])
+    game = _Game(0)
+    for action in ("go east", "open chest", "go west", "go east"):
+        out = env.step([action])[0]
+        real = game.state(game.step(action)[0])
+        assert out.info["evidence"] == REPLAY, action
+        assert out.observation == real, action
+    assert "The chest is open" in out.observation
+
+
 def _unseen_hall() -> str:
     """The hall of game 0 with a banana no episode ever saw."""
     state = _Game(0).state("You look around.")
@@ -505,6 +520,21 @@ def test_variants_are_earlier_steps_or_other_objects_of_the_game(model):
     assert model.variants(_task(6), 10, iteration=0) == [
         "Take the cup from the floor of the kitchen."
     ]
+
+
+def test_each_run_draws_its_own_variants_and_names_match_whole_words(model):
+    seed = _task(0)
+    firsts = {model.variants(seed, 1, iteration=0, draw=d)[0] for d in range(8)}
+    assert len(firsts) > 1  # RL seeds 0, 1, 2 no longer all train on the same variants
+    assert model.variants(seed, 10, 0, draw=3) == model.variants(seed, 10, 0, draw=3)
+    # a one-step task whose target is a keyring: the key is still another object to get
+    ring = seed.model_copy(
+        update={
+            "instruction": "Put the keyring on the table in the hall.",
+            "walkthrough": [*seed.walkthrough[:-1], "put keyring on table"],
+        }
+    )
+    assert any("the key from the floor of the kitchen" in v for v in model.variants(ring, 10, 0))
 
 
 def test_a_variant_plays_in_its_parent_games_recorded_world(model):
