@@ -113,7 +113,13 @@ def explore_rollouts(
     order = [t for t in tasks if maps.get(t.task_id) and maps[t.task_id].frontier()]
     random.Random(seed).shuffle(order)  # ties: a seeded order
     order.sort(key=lambda t: -len(maps[t.task_id].frontier()))
-    key = stable_id(cap, max_steps, seed, *(t.task_id for t in order), n=10)
+    # the maps decide every walk: probes of another policy (a rerun after a kill) draw
+    # other maps, and their walks must not be reused
+    drawn = [
+        (t.task_id, sorted(maps[t.task_id].leads.items()), maps[t.task_id].frontier())
+        for t in order
+    ]
+    key = stable_id(cap, max_steps, seed, *drawn, n=10)
     saved = out_dir / f"walks-{key}.jsonl"
     done = saved.with_suffix(".json")
     if done.exists():

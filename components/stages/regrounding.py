@@ -105,7 +105,12 @@ def probe_rollouts(
     from components.agent.rollout import collect_rollouts
     from components.envs.vector import CappedEnvList
 
-    key = stable_id(cap, seed, passes, *(t.task_id for t in tasks), n=10)
+    # the policy and its sampling decide every probe: a rerun after the DreamGym policy was
+    # retrained (its checkpoint dir outlives a killed run) must not reuse the old probes
+    sampling = (algo_cfg.temperature, algo_cfg.max_new_tokens, algo_cfg.max_turns)
+    key = stable_id(
+        cap, seed, passes, _digest(policy), *sampling, *(t.task_id for t in tasks), n=10
+    )
     saved = out_dir / f"probes-{key}.jsonl"
     done = saved.with_suffix(".json")
     if done.exists():
@@ -163,6 +168,20 @@ def offline_train(paths: Paths) -> list[Trajectory]:
         for t in read_jsonl(paths.trajectories_file, Trajectory)
         if t.split == "train" and t.source == "real"
     ]
+
+
+def _digest(policy: Any) -> str:
+    """A digest of the policy's weights (every tensor of its model, in order)."""
+    import hashlib
+
+    import torch
+
+    digest = hashlib.sha256()
+    for name, tensor in policy.model.state_dict().items():
+        raw = tensor.detach().cpu().contiguous().reshape(-1).view(torch.uint8)  # any dtype
+        digest.update(name.encode())
+        digest.update(raw.numpy().tobytes())
+    return digest.hexdigest()[:16]
 
 
 def regrounded_model(

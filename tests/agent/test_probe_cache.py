@@ -1,0 +1,56 @@
+"""S2R's saved probes and walks are reused only by the run that made them: a rerun after
+its DreamGym policy was retrained, or on other maps, spends its real steps anew."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from tests.agent.rl_env import MagicWordEnv, magic_grpo, magic_task
+
+
+def test_probes_of_another_policy_or_sampling_are_not_reused(magic_policy, tmp_path: Path):
+    from components.stages.regrounding import probe_rollouts
+
+    stepped: list[str] = []
+
+    class Counted(MagicWordEnv):
+        def step(self, action: str) -> Any:
+            stepped.append(action)
+            return super().step(action)
+
+    tasks = [magic_task(i, target=w) for i, w in enumerate(("please", "now", "sesame"))]
+    kw = {"cap": 6, "batch_size": 2, "seed": 0, "out_dir": tmp_path}
+    cfg = magic_grpo()
+    probe_rollouts(magic_policy, lambda: Counted(max_steps=3), tasks, cfg, **kw)
+    assert len(stepped) == 6
+    probe_rollouts(magic_policy, lambda: Counted(max_steps=3), tasks, cfg, **kw)
+    assert len(stepped) == 6  # the same run resumed: reused
+    hotter = cfg.model_copy(update={"temperature": cfg.temperature * 2})
+    probe_rollouts(magic_policy, lambda: Counted(max_steps=3), tasks, hotter, **kw)
+    assert len(stepped) == 12  # other sampling: probed anew
+    with torch.no_grad():
+        next(magic_policy.model.parameters()).add_(0.5)  # a retrained policy
+    probe_rollouts(magic_policy, lambda: Counted(max_steps=3), tasks, cfg, **kw)
+    assert len(stepped) == 18
+
+
+def test_walks_on_other_maps_are_not_reused(tmp_path: Path):
+    from components.stages.exploration import RoomMap, explore_rollouts
+
+    task = magic_task(0)
+    maps = {task.task_id: RoomMap(exits={"Hall": {"east", "west"}})}
+
+    def no_env() -> Any:
+        raise AssertionError("a real env was started")
+
+    kw = {"cap": 0, "max_steps": 3, "seed": 0, "out_dir": tmp_path}
+    assert explore_rollouts(maps, no_env, [task], **kw) == ([], 0)  # nothing left to spend
+    saved = sorted(p.name for p in tmp_path.iterdir())
+    other = {
+        task.task_id: RoomMap(exits={"Hall": {"east", "west"}}, leads={("Hall", "east"): "Den"})
+    }
+    explore_rollouts(other, no_env, [task], **kw)
+    assert len(sorted(p.name for p in tmp_path.iterdir())) == 2 * len(saved)  # a file of its own
