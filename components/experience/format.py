@@ -44,6 +44,9 @@ STATE_FULL = "full"
 STATE_DELTA = "delta"
 STATE_TARGETS = (STATE_FULL, STATE_DELTA)
 UNCHANGED = "unchanged"
+# first line of a delta answer that is a whole state (its keys differ from the current
+# state's): without it a whole state with fewer or reordered keys read as a delta
+WHOLE = "whole state"
 
 
 class MalformedOutputError(ValueError):
@@ -83,14 +86,17 @@ def encode_state(state: str, next_state: str, target: str = STATE_FULL) -> str:
     """What <state> holds for ``next_state``: all of it, or the lines that differ.
 
     A delta needs both states keyed line by line with the same keys in the same order;
-    otherwise (and for ``full``) the whole next state is written.
+    otherwise (and for ``full``) the whole next state is written, after a ``WHOLE`` line
+    where both are keyed (else it would read as a delta).
     """
     if target == STATE_FULL:
         return next_state.strip()
     _check_target(target)
     before, after = _keyed_lines(state), _keyed_lines(next_state)
-    if before is None or after is None or [k for k, _ in before] != [k for k, _ in after]:
-        return next_state.strip()
+    if before is None or after is None:
+        return next_state.strip()  # unkeyed: read back whole
+    if [k for k, _ in before] != [k for k, _ in after]:
+        return f"{WHOLE}\n{next_state.strip()}"
     changed = [new for (_, old), (_, new) in zip(before, after, strict=True) if old != new]
     return "\n".join(changed) if changed else UNCHANGED
 
@@ -108,6 +114,9 @@ def decode_state(state: str, predicted: str, target: str = STATE_FULL) -> str:
     _check_target(target)
     if predicted == UNCHANGED:
         return state.strip()
+    head, _, whole = predicted.partition("\n")
+    if head.strip() == WHOLE:
+        return whole.strip()
     before, delta = _keyed_lines(state), _keyed_lines(predicted)
     if before is None or delta is None:
         return predicted  # an unkeyed state is always written whole

@@ -32,7 +32,10 @@ QUERY_POLICY = "query"  # provenance of the throwaway retrieval queries
 
 
 def generate_fns(
-    backend: Any, cfg: SyntheticEnvConfig, stop: Sequence[str] = ("</reward>",)
+    backend: Any,
+    cfg: SyntheticEnvConfig,
+    stop: Sequence[str] = ("</reward>",),
+    seed_of: Callable[[str], int] | None = None,
 ) -> tuple[GenerateFn, GenerateFn]:
     """(generate, resample) over a generation backend with the env's decoding settings.
 
@@ -41,12 +44,15 @@ def generate_fns(
     transformers) or ``components.lm.openai_backend.OpenAIBackend`` (a vLLM server; build
     it with ``on_failure="empty"`` so a failed request is a malformed answer, resampled
     once, instead of an exception). ``resample`` samples at ``resample_temperature``.
+    ``seed_of(name)`` gives each sampling call its seed (the env's: its run and its
+    place in it); without it, ``cfg.seed`` plus the calls so far.
     """
     calls = Counter[str]()
 
     def make(temperature: float, name: str) -> GenerateFn:
         def fn(prompts: list[Messages]) -> list[str]:
             calls[name] += 1  # a new seed per call: sampled resamples differ across steps
+            seed = seed_of(name) if seed_of is not None else cfg.seed + calls[name]
             return backend.generate(
                 prompts,
                 max_new_tokens=cfg.max_new_tokens,
@@ -54,7 +60,7 @@ def generate_fns(
                 top_p=cfg.top_p,
                 stop=stop,
                 batch_size=cfg.gen_batch_size,
-                seed=cfg.seed + calls[name] if temperature > 0 else None,
+                seed=seed if temperature > 0 else None,
             )
 
         return fn

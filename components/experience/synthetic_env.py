@@ -104,7 +104,7 @@ from components.experience.synthetic_episodes import (  # noqa: F401
     step_info,
     world_key,
 )
-from components.schema import Provenance, Task, Transition
+from components.schema import Provenance, Task, Transition, seed_int
 
 EMPTY_ACTION = "(empty)"  # stands in for a blank action (records need a non-empty one)
 
@@ -143,6 +143,7 @@ class VectorSyntheticEnv(EpisodeSlots[_Episode]):
         self.retriever = retriever
         self.generated_states: dict[str, str] = {}  # task_id -> model-written initial state
         self._seconds: Counter[str] = Counter()
+        self._calls = 0  # sampling calls since the last reset (``sample_seed``)
 
     @classmethod
     def from_config(
@@ -169,8 +170,11 @@ class VectorSyntheticEnv(EpisodeSlots[_Episode]):
             if buffer is None:
                 raise ValueError(f"k = {prompt.k} needs the replay buffer (or ablation.no_replay)")
             retriever = buffer_retriever(buffer, env=cfg.env.name)
-        generate, resample = generate_fns(backend, cfg.synthetic)
-        return cls(
+        made: list[VectorSyntheticEnv] = []  # the env seeds its own sampling calls
+        generate, resample = generate_fns(
+            backend, cfg.synthetic, seed_of=lambda name: made[0].sample_seed(name)
+        )
+        env = cls(
             generate,
             index,
             cfg=cfg.synthetic,
@@ -180,6 +184,14 @@ class VectorSyntheticEnv(EpisodeSlots[_Episode]):
             env_name=cfg.env.name,
             namespace=namespace,
         )
+        made.append(env)
+        return env
+
+    def sample_seed(self, name: str) -> int:
+        """The seed of a sampling call: this env's run (namespace), episodes started and
+        calls since the last reset; a resumed run (``load_state_dict``) draws the same."""
+        self._calls += 1
+        return seed_int(self.cfg.seed, self.namespace, self._started, self._calls, name)
 
     # ------------------------------------------------------------------ state
 
@@ -200,6 +212,7 @@ class VectorSyntheticEnv(EpisodeSlots[_Episode]):
     ) -> list[tuple[str, dict[str, Any]]]:
         """Start one episode per task (repeat a task for a group); returns (obs, info) each."""
         self._new_batch(tasks, seed)
+        self._calls = 0
         states = self._initial_states(tasks)
         self._slots = []
         out = [self._start(task, state) for task, state in zip(tasks, states, strict=True)]

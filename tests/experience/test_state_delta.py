@@ -7,6 +7,7 @@ import pytest
 from components.experience.format import (
     STATE_DELTA,
     UNCHANGED,
+    WHOLE,
     MalformedOutputError,
     StepContext,
     decode_state,
@@ -35,8 +36,19 @@ def test_delta_holds_only_changed_lines_and_decodes_back():
 def test_unkeyed_or_reshaped_states_are_written_whole():
     assert encode_state("a room", "another room", STATE_DELTA) == "another room"
     extra = TAKEN + "\nScore: 1"
-    assert encode_state(STATE, extra, STATE_DELTA) == extra
+    assert encode_state(STATE, extra, STATE_DELTA) == f"{WHOLE}\n{extra}"
     assert decode_state(STATE, extra, STATE_DELTA) == extra  # covers every line: a whole state
+
+
+@pytest.mark.parametrize(
+    "after",
+    [
+        "Location: Kitchen\nInventory: an apple",  # fewer keys: not a delta of two lines
+        "Inventory: nothing\nLocation: Kitchen\nFeedback: -\nExits: north.",  # reordered
+    ],
+)
+def test_a_whole_state_with_other_keys_decodes_back_exactly(after: str):
+    assert decode_state(STATE, encode_state(STATE, after, STATE_DELTA), STATE_DELTA) == after
 
 
 def test_a_delta_with_an_unknown_key_is_malformed_not_guessed():

@@ -371,3 +371,42 @@ def test_llm_dream_env_decodes_the_served_model_on_its_server_and_variants_here(
     (variant / META_FILE).write_text(json.dumps(meta))
     with pytest.raises(FileNotFoundError, match="build-buffer"):
         llm_dream_env(cfg, paths, variant, index, "t")
+
+
+def test_sampling_seeds_follow_the_run_and_survive_a_resume(index, tasks):
+    """Each run (namespace) samples with its own seeds, and a resumed env draws the seeds
+    the uninterrupted one drew (the call count alone repeated them for every RL seed)."""
+    from components.config import AblationConfig, load_config
+
+    cfg = load_config(profile="ci")
+    cfg = cfg.model_copy(
+        update={
+            "ablation": AblationConfig(no_replay=True),
+            "synthetic": cfg.synthetic.model_copy(update={"temperature": 0.7}),
+        }
+    )
+
+    class Seeds:
+        def __init__(self) -> None:
+            self.seeds: list[int | None] = []
+
+        def generate(self, prompts, **kw):
+            self.seeds.append(kw["seed"])
+            return [answer_for(p) for p in prompts]
+
+    def run(namespace: str, state=None, rounds: int = 2) -> tuple[list[int | None], dict]:
+        backend = Seeds()
+        env = VectorSyntheticEnv.from_config(cfg, backend, index, namespace=namespace)
+        if state is not None:
+            env.load_state_dict(state)
+        for _ in range(rounds):
+            env.reset(tasks[:2])
+            env.step(["go east 0", "go east 0"])
+        return backend.seeds, env.state_dict()
+
+    seed0, _ = run("dreamgym_grpo-seed0")
+    assert None not in seed0 and len(set(seed0)) == len(seed0)
+    assert set(run("dreamgym_grpo-seed1")[0]).isdisjoint(seed0)
+    first, state = run("dreamgym_grpo-seed0", rounds=1)
+    resumed, _ = run("dreamgym_grpo-seed0", state=state, rounds=1)
+    assert first + resumed == seed0
