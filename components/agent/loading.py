@@ -54,8 +54,11 @@ def load_policy(
     trainable: bool = False,
     serving: ServingConfig | None = None,
     root: Path | None = None,
+    seed: int | None = None,
 ) -> Any:
     """A saved policy; an LM continuing training gets fresh LoRA adapters if ``agent.lora``.
+
+    ``seed``: the fresh adapters' init seed (None: torch's global RNG, whatever ran before).
 
     With ``serving.policy_backend == "openai"`` an LM policy that is not ``trainable``
     decodes on the OpenAI-compatible server serving ``path`` (its name: ``policy_model``,
@@ -71,7 +74,7 @@ def load_policy(
 
     policy = PolicyModel.from_dir(path)
     if trainable and acfg is not None and acfg.lora:
-        policy.add_lora(LoraSettings(r=acfg.lora_r, alpha=acfg.lora_alpha))
+        policy.add_lora(LoraSettings(r=acfg.lora_r, alpha=acfg.lora_alpha), seed=seed)
     if trainable and acfg is not None and acfg.gradient_checkpointing:
         policy.enable_gradient_checkpointing()
     if not trainable and serving is not None and serving.policy_backend == "openai":

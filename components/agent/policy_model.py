@@ -246,8 +246,13 @@ class PolicyModel(TrainablePolicy):
             flag = self.model.is_gradient_checkpointing
         return bool(flag)
 
-    def add_lora(self, lora: LoraSettings) -> None:
-        """Wrap the model with LoRA adapters: only they train; the frozen base is the reference."""
+    def add_lora(self, lora: LoraSettings, seed: int | None = None) -> None:
+        """Wrap the model with LoRA adapters: only they train; the frozen base is the reference.
+
+        ``seed``: the adapters' init draws from a torch RNG seeded with it (forked: the
+        global stream is left as it was); None draws from the global RNG.
+        """
+        import torch
         from peft import LoraConfig, get_peft_model
 
         config = LoraConfig(
@@ -257,7 +262,13 @@ class PolicyModel(TrainablePolicy):
             target_modules="all-linear",
             task_type="CAUSAL_LM",
         )
-        self.model = get_peft_model(self.model, config)
+        if seed is None:
+            self.model = get_peft_model(self.model, config)
+            return
+        # peft fills lora_A from the global RNG, whose state depends on what ran before
+        with torch.random.fork_rng():
+            torch.manual_seed(seed)
+            self.model = get_peft_model(self.model, config)
 
     @property
     def is_lora(self) -> bool:

@@ -8,8 +8,9 @@ were not the expert's action).
 
 DPO pairs, in the same state, the expert's command (chosen) with another admissible
 command (rejected); the log-probabilities are those of the softmax over commands, the
-reference is the frozen SFT policy, and the loss is DPO's sigmoid loss
-``-log sigmoid(beta * ((lp_c - ref_c) - (lp_r - ref_r)))`` plus ``sft_weight * -lp_c``
+reference is the frozen SFT policy, and the loss is DPO's on the margin
+``m = (lp_c - ref_c) - (lp_r - ref_r)`` (TRL's definitions: sigmoid ``-log sigmoid(beta m)``,
+hinge ``relu(1 - beta m)``, ipo ``(m - 1 / (2 beta))^2``) plus ``sft_weight * -lp_c``
 (RPO): DPO alone can widen the margin by lowering both commands, and the probability it
 frees goes to commands no pair holds.
 """
@@ -29,6 +30,7 @@ from components.agent.sft_data import observation_at
 from components.schema import Trajectory
 
 EXPERT = "expert"
+DPO_LOSSES = ("sigmoid", "ipo", "hinge")
 TRAIN_SPLIT = "train"
 Progress = Callable[[dict[str, float], int], None]
 
@@ -250,6 +252,19 @@ def preference_pairs(
     return pairs
 
 
+def dpo_loss(margin: Any, beta: float, loss_type: str = "sigmoid") -> Any:
+    """The batch mean of DPO's ``loss_type`` loss on the reward margins (TRL's definitions)."""
+    import torch
+
+    if loss_type == "sigmoid":
+        return -torch.nn.functional.logsigmoid(beta * margin).mean()
+    if loss_type == "hinge":
+        return torch.relu(1 - beta * margin).mean()
+    if loss_type == "ipo":
+        return ((margin - 1 / (2 * beta)) ** 2).mean()
+    raise ValueError(f"unknown DPO loss_type {loss_type!r}: one of {DPO_LOSSES}")
+
+
 def train_dpo(
     policy: ScorerPolicy,
     pairs: Sequence[PreferencePair],
@@ -259,15 +274,18 @@ def train_dpo(
     learning_rate: float,
     batch_size: int,
     sft_weight: float = 0.0,
+    loss_type: str = "sigmoid",
     seed: int = 0,
     progress: Progress | None = None,
 ) -> dict[str, Any]:
-    """DPO (+ ``sft_weight`` x NLL of the chosen command) from the policy's current
-    weights (the frozen reference); returns the loss."""
+    """DPO (``loss_type``: sigmoid, ipo or hinge; + ``sft_weight`` x NLL of the chosen
+    command) from the policy's current weights (the frozen reference); returns the loss."""
     import torch
 
     if not pairs:
         raise ValueError("no preference pair to train on")
+    if loss_type not in DPO_LOSSES:  # before the reference copy and the encoding
+        raise ValueError(f"unknown DPO loss_type {loss_type!r}: one of {DPO_LOSSES}")
     start = time.perf_counter()
     reference = policy.frozen_copy().model
     decisions = policy.decide([p.demo.observation for p in pairs])
@@ -287,7 +305,7 @@ def train_dpo(
         margin = (lp_chosen - ref.gather(1, chosen)) - (
             logp.gather(1, rejected) - ref.gather(1, rejected)
         )
-        loss = -torch.nn.functional.logsigmoid(beta * margin).mean() - sft_weight * lp_chosen.mean()
+        loss = dpo_loss(margin, beta, loss_type) - sft_weight * lp_chosen.mean()
         return loss, int((margin > 0).sum())
 
     history = _fit(

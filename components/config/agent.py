@@ -33,21 +33,37 @@ class PolicySFTConfig(_Section):
         description="lm policy: collecting policies whose successful episodes are cloned "
         "(the scoring policy always clones the expert)",
     )
-    skip_invalid: bool = Field(True, description="drop steps whose action was inadmissible")
-    max_train_examples: int | None = Field(
-        None, ge=1, description="seeded subset of the SFT examples (None = all)"
+    skip_invalid: bool = Field(
+        True,
+        description="drop steps whose action was inadmissible (LM policy only: the scoring "
+        "policy always drops them)",
     )
-    eval_loss_examples: EvalLossExamples = 32
+    max_train_examples: int | None = Field(
+        None, ge=1, description="seeded subset of the SFT examples (None = all) (LM policy only)"
+    )
+    eval_loss_examples: EvalLossExamples = Field(
+        32, description="validation examples for the teacher-forced eval loss (LM policy only)"
+    )
     epochs: float = Field(20.0, gt=0, description="passes over the examples")
-    max_steps: OptimizerSteps = -1
-    max_train_minutes: TrainMinutes = None
+    max_steps: OptimizerSteps = Field(
+        -1, description="optimizer steps (-1 = use epochs) (LM policy only)"
+    )
+    max_train_minutes: TrainMinutes = Field(
+        None, description="stop training (and save) after this wall-clock budget (LM policy only)"
+    )
     learning_rate: LearningRate = 1e-3
     batch_size: int = Field(64, ge=1, description="sequences (scorer: decisions) per step")
-    grad_accum: GradAccum = 1
-    warmup_ratio: WarmupRatio = 0.05
+    grad_accum: GradAccum = Field(1, description="gradient accumulation steps (LM policy only)")
+    warmup_ratio: WarmupRatio = Field(
+        0.05, description="share of the steps warming the learning rate up (LM policy only)"
+    )
     weight_decay: WeightDecay = 0.0
-    logging_steps: LoggingSteps = 10
-    save_steps: SaveSteps = 100
+    logging_steps: LoggingSteps = Field(
+        10, description="steps between logged losses (LM policy only)"
+    )
+    save_steps: SaveSteps = Field(
+        100, description="checkpoint interval (resume after a kill) (LM policy only)"
+    )
 
 
 class PolicyDPOConfig(_Section):
@@ -67,14 +83,24 @@ class PolicyDPOConfig(_Section):
         "move probability to actions no pair holds (0: plain DPO)",
     )
     epochs: float = Field(5.0, gt=0, description="passes over the pairs")
-    max_steps: OptimizerSteps = -1
-    max_train_minutes: TrainMinutes = None
+    max_steps: OptimizerSteps = Field(
+        -1, description="optimizer steps (-1 = use epochs) (LM policy only)"
+    )
+    max_train_minutes: TrainMinutes = Field(
+        None, description="stop training (and save) after this wall-clock budget (LM policy only)"
+    )
     learning_rate: LearningRate = 3e-4
     batch_size: int = Field(64, ge=1, description="pairs per device step")
-    grad_accum: GradAccum = 1
-    warmup_ratio: WarmupRatio = 0.05
-    logging_steps: LoggingSteps = 10
-    save_steps: SaveSteps = 100
+    grad_accum: GradAccum = Field(1, description="gradient accumulation steps (LM policy only)")
+    warmup_ratio: WarmupRatio = Field(
+        0.05, description="share of the steps warming the learning rate up (LM policy only)"
+    )
+    logging_steps: LoggingSteps = Field(
+        10, description="steps between logged losses (LM policy only)"
+    )
+    save_steps: SaveSteps = Field(
+        100, description="checkpoint interval (resume after a kill) (LM policy only)"
+    )
 
 
 class PolicyEvalConfig(_Section):

@@ -133,6 +133,7 @@ def dpo_seed(cfg: Config, paths: Paths, seed: int, demos: list) -> dict[str, Any
         pairs,
         beta=d.beta,
         sft_weight=d.sft_weight,
+        loss_type=d.loss_type,
         epochs=max(1, round(d.epochs)),
         learning_rate=d.learning_rate,
         batch_size=d.batch_size,

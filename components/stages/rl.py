@@ -63,7 +63,7 @@ from components.artifacts import (
 from components.config import Config, Paths, RLAlgoConfig
 from components.envs.vector import CappedEnvList
 from components.io import read_json
-from components.schema import Task, Trajectory, read_jsonl, write_jsonl
+from components.schema import Task, Trajectory, read_jsonl, seed_int, write_jsonl
 from components.stages.agent import log_seeds, register, seed_summary
 from components.stages.common import numbers, write_json
 
@@ -174,7 +174,8 @@ def rl_seed(
         "env": cfg.env.model_dump(mode="json"),
         "tasks": sorted(t.task_id for t in tasks),
     }
-    policy = load_policy(init_dir, cfg.agent, trainable=True)
+    # fresh LoRA adapters seeded by the run's seed, not by what ran before in this worker
+    policy = load_policy(init_dir, cfg.agent, trainable=True, seed=seed_int(seed, "lora"))
     extra: dict[str, Any] = {}
     run = None
     source: Any = (
@@ -303,7 +304,6 @@ def rl_seed(
 
 def _demo_loss(paths: Paths, policy: Any, algo_cfg: Any, seed: int) -> Any:
     """The ``sft_coef`` term's loss on the train split's real expert steps (scorer only)."""
-    from components.agent.rl import seed_int
     from components.agent.scorer import ScorerPolicy
     from components.agent.scorer_training import demo_loss_fn, expert_steps
 
