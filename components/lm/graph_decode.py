@@ -49,7 +49,24 @@ def supports(model: Any) -> bool:
         and getattr(cfg, "hidden_act", "silu") == "silu"
         and not getattr(cfg, "use_sliding_window", False)
         and hasattr(inner, "rotary_emb")
+        and not getattr(cfg, "mlp_bias", False)
+        and all(_biases_supported(layer) for layer in getattr(inner, "layers", ()))
     )
+
+
+def _biases_supported(layer: Any) -> bool:
+    """Whether ``layer`` has biases only where the decode step adds them (q/k/v, all or none).
+
+    o_proj and MLP biases (Llama's ``attention_bias`` / ``mlp_bias``) are not carried:
+    such a model decodes on the other paths rather than silently without them.
+    """
+    a, m = getattr(layer, "self_attn", None), getattr(layer, "mlp", None)
+    try:
+        qkv = [_weight(p)[1] is not None for p in (a.q_proj, a.k_proj, a.v_proj)]
+        rest = [_weight(p)[1] is not None for p in (a.o_proj, m.gate_proj, m.up_proj, m.down_proj)]
+    except AttributeError:  # another layout than Llama's
+        return False
+    return len(set(qkv)) == 1 and not any(rest)
 
 
 def _base(model: Any) -> Any:
@@ -116,7 +133,10 @@ class GraphDecoder:
         from components.lm import decode_attention
 
         if not supports(model):
-            raise ValueError(f"GraphDecoder: unsupported model type {model.config.model_type!r}")
+            raise ValueError(
+                f"GraphDecoder: unsupported model type {model.config.model_type!r} "
+                "(or biases outside q/k/v)"
+            )
         self.model = model
         base = _base(model)
         self.inner = base.model

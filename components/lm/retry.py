@@ -38,7 +38,8 @@ class Redactor:
     def __init__(self, *secrets: str) -> None:
         from urllib.parse import quote
 
-        kept = [s for s in secrets if s and len(s) >= 4]
+        # the keyless placeholder is no secret: blanking it would garble plain words
+        kept = [s for s in secrets if s and len(s) >= 4 and s != EMPTY_KEY]
         # as a server may echo them: plain and URL-encoded
         self._secrets = tuple(dict.fromkeys([*kept, *(quote(s, safe="") for s in kept)]))
 
@@ -142,7 +143,24 @@ def open_client(key: str, base_url: str | None, timeout_s: float) -> Any:
 
 
 class BadBody(ValueError):
-    """A 200 response whose body is not a usable completion."""
+    """A 200 response whose body is not a usable completion.
+
+    ``usage``: what the server billed for it (``{}`` for a completion that came without a
+    usage), None when the body says nothing (not JSON, cut): the caller still counts it.
+    """
+
+    def __init__(self, message: str, usage: dict[str, Any] | None = None) -> None:
+        super().__init__(message)
+        self.usage = usage
+
+
+class NoContent(BadBody):
+    """A whole completion without text (a refusal, tool calls only): a malformed answer,
+    not a transport fault; ``refusal`` is the server's refusal text, if any."""
+
+    def __init__(self, message: str, usage: dict[str, Any], refusal: str = "") -> None:
+        super().__init__(message, usage)
+        self.refusal = refusal
 
 
 def response_text(resp: Any) -> str:
@@ -163,16 +181,23 @@ def parse_body(body: str, *, chat: bool) -> tuple[str, Any, dict[str, Any] | Non
         data = json.loads(body)
     except ValueError:
         raise BadBody(f"body is not JSON ({len(body)} bytes)") from None
+    # read first: a 200 that is no usable answer is billed all the same
+    usage = data.get("usage") if isinstance(data, dict) else None
+    usage = usage if isinstance(usage, dict) else None
     try:
         choice = data["choices"][0]
-        text = choice["message"]["content"] if chat or "message" in choice else choice["text"]
-    except (KeyError, IndexError, TypeError):
+        message = choice["message"] if chat or "message" in choice else None
+        # content is null in a refusal or a tool-calls-only answer
+        text = message.get("content") if message is not None else choice["text"]
+    except (KeyError, IndexError, TypeError, AttributeError):
         kind = "chat completion" if chat else "completion"
-        raise BadBody(f"body is JSON but not a {kind}") from None
+        raise BadBody(f"body is JSON but not a {kind}", usage) from None
     if not isinstance(text, str):
-        raise BadBody("completion has no text content")
-    usage = data.get("usage")
-    return text, choice, usage if isinstance(usage, dict) else None
+        refusal = message.get("refusal") if message is not None else None
+        refusal = refusal if isinstance(refusal, str) else ""
+        detail = f" (refusal: {refusal[:200]!r})" if refusal else ""
+        raise NoContent(f"completion has no text content{detail}", usage or {}, refusal)
+    return text, choice, usage
 
 
 @dataclass(frozen=True)
@@ -211,6 +236,8 @@ def classify(
             raise fatal(error) from None
         after = retry_after_s(e.response.headers) if code == 429 else None
         return Failure(action, error, None if after is None else min(after, MAX_RETRY_AFTER_S))
+    if isinstance(e, NoContent):  # an answer, not a fault: re-ask at once, no backoff
+        return Failure("retry", f"malformed answer: {e}", 0.0)
     if isinstance(e, BadBody):
         return Failure("retry", f"bad response body: {e}")
     if isinstance(e, openai.OpenAIError):  # anything else the client raises

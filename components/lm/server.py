@@ -27,6 +27,7 @@ import glob
 import itertools
 import json
 import logging
+import math
 import queue
 import threading
 import time
@@ -175,11 +176,29 @@ def _settings(body: dict[str, Any]) -> tuple[Any, ...]:
     stop = (stop,) if isinstance(stop, str) else stop
     if not isinstance(stop, list | tuple) or not all(isinstance(s, str) and s for s in stop):
         raise RequestError(400, "stop: expected a string or a list of non-empty strings")
+    if not (math.isfinite(temperature) and math.isfinite(top_p)):
+        raise RequestError(400, "temperature and top_p must be finite numbers")
     if max_tokens < 1 or temperature < 0 or not 0 < top_p <= 1:
         raise RequestError(400, "need max_tokens >= 1, temperature >= 0 and 0 < top_p <= 1")
+    if seed is not None and not 0 <= seed < 2**63:  # torch seeds are 64-bit
+        raise RequestError(400, f"seed: expected an integer in [0, 2**63), got {seed}")
     if _field(body, "n", int, 1) != 1 or body.get("stream"):
         raise RequestError(400, "only n = 1 without streaming is served")
     return (max_tokens, temperature, top_p, tuple(stop), seed)
+
+
+def _check_context(generator: Any, encoded: list[list[int]], max_tokens: int) -> None:
+    """``RequestError`` 400 when a prompt plus ``max_tokens`` exceeds the model's context."""
+    limit = getattr(getattr(generator.model, "config", None), "max_position_embeddings", None)
+    if not isinstance(limit, int):  # no known limit: nothing to check
+        return
+    longest = max(map(len, encoded))
+    if longest + max_tokens > limit:
+        raise RequestError(
+            400,
+            f"this model's maximum context length is {limit} tokens; the request needs "
+            f"{longest + max_tokens} ({longest} in the prompt, {max_tokens} in max_tokens)",
+        )
 
 
 class CompletionServer:
@@ -261,6 +280,7 @@ class CompletionServer:
             ]
         if not all(encoded):
             raise RequestError(400, "prompt: empty")
+        _check_context(generator, encoded, settings[0])
         jobs = self.batcher.run([_Job(name, e, settings) for e in encoded])
         failed = next((j.error for j in jobs if j.error), None)
         if failed:

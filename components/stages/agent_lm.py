@@ -19,7 +19,7 @@ from dataclasses import asdict
 from typing import Any
 
 from components.artifacts import DPO, SFT, base_cache_dir, policy_checkpoint_dir, policy_dir
-from components.config import Config, Paths
+from components.config import AgentConfig, Config, Paths
 from components.stages.agent import load_trajectories
 
 log = logging.getLogger("dreamgym")
@@ -32,6 +32,9 @@ _NOT_IN_FINGERPRINT = {
     "seeds": True,
     "workers": True,
 }
+
+# the agent fields DPO training reads besides agent.dpo (components/agent/baselines.py)
+_DPO_AGENT_FIELDS = ("max_length", "lora", "lora_r", "lora_alpha", "bf16")
 
 
 def _digest(records: Sequence[dict[str, Any]]) -> str:
@@ -107,6 +110,17 @@ def train_sft_lm(cfg: Config, paths: Paths, seed: int) -> dict[str, Any]:
     }
 
 
+def dpo_fingerprint(acfg: AgentConfig, sft_md5: str, pairs: Sequence[Any]) -> dict[str, Any]:
+    """What a DPO checkpoint resumes only under: the settings that shape its weights."""
+    return {
+        "dpo": acfg.dpo.model_dump(mode="json", exclude=_NOT_IN_FINGERPRINT["dpo"]),
+        # the trainer also reads these (the adapter and precision): a change starts afresh
+        "agent": acfg.model_dump(mode="json", include=set(_DPO_AGENT_FIELDS)),
+        "sft_model": sft_md5,
+        "pairs": _digest([p.to_dpo() for p in pairs]),
+    }
+
+
 def train_dpo_lm(cfg: Config, paths: Paths, seed: int) -> dict[str, Any]:
     """DPO of the LM policy for one seed, from that seed's SFT policy."""
     from components.agent.baselines import load_settings, save_policy, train_dpo_policy
@@ -128,12 +142,7 @@ def train_dpo_lm(cfg: Config, paths: Paths, seed: int) -> dict[str, Any]:
     )
     if not pairs:
         raise ValueError("no preference pair could be built from the train trajectories")
-    fingerprint = {
-        "dpo": d.model_dump(mode="json", exclude=_NOT_IN_FINGERPRINT["dpo"]),
-        "max_length": acfg.max_length,
-        "sft_model": dvc_md5(sft_dir),
-        "pairs": _digest([p.to_dpo() for p in pairs]),
-    }
+    fingerprint = dpo_fingerprint(acfg, dvc_md5(sft_dir), pairs)
     ckpt = policy_checkpoint_dir(paths, DPO, seed)
     prepare_checkpoints(ckpt, fingerprint)
     model, tokenizer = load_pretrained_dir(sft_dir)

@@ -3,8 +3,10 @@
 The official client is used with ``max_retries=0``; this module owns the retry loop so
 that every attempt is budgeted and every failure is classified:
 timeouts, connection drops (truncated bodies), 408/409/429/5xx, non-JSON or truncated
-JSON bodies and malformed answers are retried with exponential backoff + jitter (429
-honours Retry-After); 400/422 fail the item; 401/403/404 stop the run (configuration).
+JSON bodies are retried with exponential backoff + jitter (429 honours Retry-After);
+malformed answers (a refusal, with no text, is one) are re-sampled at once; 400/422 fail
+the item; 401/403/404 stop the run (configuration). Every 200 that carries a usage (or
+an answer) is counted against the budget, usable or not.
 The API key is read from the environment variable named by the config and is redacted
 from every message, error, log line and result this module produces.
 """
@@ -22,7 +24,16 @@ from typing import Any
 from components.config import TeacherConfig
 from components.lm.retry import MAX_RETRY_AFTER_S as MAX_RETRY_AFTER_S
 from components.lm.retry import REDACTED as REDACTED
-from components.lm.retry import Backoff, api_key, classify, open_client, parse_body, response_text
+from components.lm.retry import (
+    Backoff,
+    BadBody,
+    NoContent,
+    api_key,
+    classify,
+    open_client,
+    parse_body,
+    response_text,
+)
 from components.lm.retry import Redactor as Redactor
 from components.lm.retry import retry_after_s as _retry_after_s  # noqa: F401 (tests import it)
 from components.teacher.base import (
@@ -236,6 +247,18 @@ class OpenAITeacher:
                 redact=self._redact,
             )
 
+        def charge(usage: dict[str, Any], content: str) -> float:
+            """Count one answered attempt (estimated where its usage is missing); its cost."""
+            nonlocal cost
+            p_tok, c_tok = usage.get("prompt_tokens"), usage.get("completion_tokens")
+            p_tok = int(worst_prompt if p_tok is None else p_tok)  # a reported 0 stays 0
+            c_tok = int(len(content) // 3 + 1 if c_tok is None else c_tok)
+            tokens[0] += p_tok
+            tokens[1] += c_tok
+            billed = self.price.cost(p_tok, c_tok) if self.price else 0.0
+            cost += billed
+            return billed
+
         attempts = 0
         temperature = cfg.temperature
         for attempt in range(cfg.max_retries + 1):
@@ -254,22 +277,22 @@ class OpenAITeacher:
             delay: float | None = None
             try:
                 content, finish, usage = self._call(messages, temperature)
-                p_tok = int((usage or {}).get("prompt_tokens") or worst_prompt)
-                c_tok = int((usage or {}).get("completion_tokens") or len(content) // 3 + 1)
-                tokens[0] += p_tok
-                tokens[1] += c_tok
-                billed = self.price.cost(p_tok, c_tok) if self.price else 0.0
-                cost += billed
+                billed = charge(usage or {}, content)
                 raw = content
                 if finish == "length":
                     raise MalformedAnswerError(f"answer cut at max_tokens={cfg.max_tokens}")
                 reasoning = self._parse(content)
                 return result("ok", reasoning, attempts)
-            except MalformedAnswerError as e:
+            except (MalformedAnswerError, NoContent) as e:
+                if isinstance(e, NoContent):  # a refusal: billed, and answered all the same
+                    billed = charge(e.usage or {}, e.refusal)
+                    raw = e.refusal or None
                 error = f"malformed answer: {e}"
                 delay = 0.0  # a fresh sample, no reason to wait
                 temperature = max(cfg.temperature, RETRY_TEMPERATURE)
             except Exception as e:
+                if isinstance(e, BadBody) and e.usage is not None:  # a 200 the server billed
+                    billed = charge(e.usage, "")
                 # Authentication / permission / unknown model: every request would fail,
                 # so the sibling workers stop before they send anything else.
                 failure = classify(e, self._redact, cfg.timeout_s, halt=stop, fatal=_refused)

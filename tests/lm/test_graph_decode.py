@@ -149,3 +149,20 @@ def test_two_micro_batches_decode_exactly_like_one_batch(random_model, tokenizer
     assert torch.allclose(out[1][1], out[2][1], atol=1e-5)
     with pytest.raises(ValueError, match="micro_batches"):
         GraphDecoder(random_model, 3, 64, micro_batches=2)
+
+
+@pytest.mark.parametrize("bias", ["attention_bias", "mlp_bias"])
+def test_o_proj_and_mlp_biases_fall_back_to_another_path(bias, tokenizer):
+    """The decode step has no o_proj/MLP bias: such a model is refused, not decoded without."""
+    import torch
+
+    from tests.lm.tiny import tiny_llama
+
+    model = tiny_llama(vocab_size=len(tokenizer), **{bias: True})
+    with torch.no_grad():  # zero at init: make them matter
+        for name, p in model.named_parameters():
+            if name.endswith("bias"):
+                p.normal_(0, 0.5)
+    assert not supports(model)
+    with pytest.raises(ValueError, match="biases outside q/k/v"):
+        GraphDecoder(model, 2, 64)
