@@ -245,8 +245,9 @@ def train_rl(
     sampler = tasks if isinstance(tasks, TaskSampler) else None
     ckpt = _Checkpointing(out_dir, cfg, fingerprint, policy, learner, sampler, snapshots, demo_loss)
     iteration, real_steps, history = ckpt.resume()
-    started = time.perf_counter()
-    stopped_by_budget = cfg.max_real_steps is not None and real_steps >= cfg.max_real_steps
+    # the wall-clock budget counts the time before a resume too (a kill did not reset it)
+    started = time.perf_counter() - (history[-1].get("train_seconds", 0.0) if history else 0.0)
+    stopped_by_budget = bool(history) and _budget_spent(cfg, started, real_steps)
     try:
         while iteration < cfg.iterations and not stopped_by_budget:
             seed_everything(seed_int(cfg.seed, "round", iteration))
@@ -286,6 +287,7 @@ def train_rl(
                 "iteration": float(iteration),
                 "real_steps": float(real_steps),
                 "update_seconds": time.perf_counter() - t0,
+                "train_seconds": time.perf_counter() - started,
             }
             history.append(metrics)
             log.info(

@@ -176,7 +176,9 @@ class CurriculumConfig(_Section):
     task_temperature: float = Field(0.8, gt=0, description="sampling temperature of variants")
     task_max_new_tokens: int = Field(96, ge=8, description="generation cap per task/state")
     n_clusters: int = Field(8, ge=1, description="PPO: k-means clusters of task embeddings")
-    variance_bins: int = Field(5, ge=1, description="bins of the logged variance histogram")
+    variance_bins: int = Field(
+        5, ge=1, le=100, description="bins of the logged variance histogram (at most 100)"
+    )
     seed: Seed = Field(0, description="selection, sampling and k-means seed")
     generated_order: Literal["newest", "frontier"] = Field(
         "newest",

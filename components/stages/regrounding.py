@@ -58,6 +58,8 @@ def reground(
         out_dir=out_dir,
         passes=cfg.rl.s2r_probe_passes,
     )
+    # the policy's own success on real games: the walks below are no policy's episodes
+    success = sum(t.success for t in probes) / max(1, len(probes))
     walked_stats: dict[str, int] = {}
     if cfg.rl.s2r_explore:  # the rest of the cap: walks to the map's blank exits
         from components.stages.exploration import explore_rollouts, known_maps
@@ -76,7 +78,7 @@ def reground(
     figures = {
         "probe_real_steps": used,
         "probe_episodes": len(probes),
-        "probe_success": sum(t.success for t in probes) / max(1, len(probes)),
+        "probe_success": success,
         **walked_stats,
     }
     return probes, regrounded_model(cfg, paths, probes, out_dir), figures

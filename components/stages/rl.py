@@ -243,6 +243,9 @@ def rl_seed(
             extra["prior_tasks"] = synthetic_prior(source, synthetic_file(paths, algo), seed)
     else:
         env = env_factory(cfg.env, paths.root)  # a factory: the env list grows as needed
+    snapshots = kind == DREAMGYM and cfg.theorem1.snapshots
+    if snapshots:  # a resumed run must have kept every round's weights
+        fingerprint["snapshots"] = True
     summary = train_rl(
         policy,
         env,
@@ -251,7 +254,7 @@ def rl_seed(
         out_dir,
         on_rollouts=(lambda i, b: run.on_rollouts(i, b)) if run is not None else None,
         fingerprint=fingerprint,
-        snapshots=kind == DREAMGYM and cfg.theorem1.snapshots,
+        snapshots=snapshots,
         demo_loss=_demo_loss(paths, policy, algo_cfg, seed) if algo_cfg.sft_coef else None,
     )
     if kind == S2R and dreams:  # the dream phase took none: the real steps are the probes'

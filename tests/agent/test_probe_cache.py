@@ -54,3 +54,25 @@ def test_walks_on_other_maps_are_not_reused(tmp_path: Path):
     }
     explore_rollouts(other, no_env, [task], **kw)
     assert len(sorted(p.name for p in tmp_path.iterdir())) == 2 * len(saved)  # a file of its own
+
+
+def test_probe_success_counts_the_policys_probes_not_the_walks(monkeypatch, tmp_path: Path):
+    import components.stages.exploration as exploration
+    import components.stages.regrounding as regrounding
+    from components.config import Paths, load_config
+    from tests.factories import make_trajectory
+
+    cfg = load_config(profile="ci")
+    cfg = cfg.model_copy(update={"rl": cfg.rl.model_copy(update={"s2r_explore": True})})
+    probes = [make_trajectory(2, success=s, idx=i) for i, s in enumerate((True, False))]
+    walks = [make_trajectory(3, success=False, idx=10 + i, policy="walk") for i in range(2)]
+    monkeypatch.setattr(regrounding, "probe_rollouts", lambda *a, **kw: (probes, 4))
+    monkeypatch.setattr(regrounding, "offline_train", lambda paths: [])
+    monkeypatch.setattr(exploration, "explore_rollouts", lambda *a, **kw: (walks, 6))
+    monkeypatch.setattr(regrounding, "regrounded_model", lambda *a: None)
+    real, _, figures = regrounding.reground(
+        cfg, Paths(tmp_path), None, [], magic_grpo(), cap=10, seed=0, out_dir=tmp_path
+    )
+    assert real == [*probes, *walks]  # the refit sees every real episode
+    assert figures["probe_success"] == 0.5  # one of the policy's two probes won
+    assert figures["probe_real_steps"] == 10 and figures["explore_walks"] == 2

@@ -415,6 +415,20 @@ def test_real_step_budget_stops_training_after_a_checkpoint(
     assert again["resumed"] == 1 and again["iterations"] == 2  # a spent budget stays spent
 
 
+def test_the_wall_clock_budget_counts_the_time_before_a_resume(
+    magic_policy: PolicyModel, tmp_path: Path
+) -> None:
+    cfg = magic_grpo(iterations=2, tasks_per_iteration=1, rollouts_per_task=4)
+    first = train_rl(magic_policy, lambda: MagicWordEnv(max_steps=1), [magic_task()], cfg, tmp_path)
+    assert first["iterations"] == 2
+    # resumed with more rounds but a budget the first run already spent: no round more
+    later = cfg.model_copy(update={"iterations": 10, "max_train_minutes": 1e-9})
+    again = train_rl(
+        magic_policy, lambda: MagicWordEnv(max_steps=1), [magic_task()], later, tmp_path
+    )
+    assert again["resumed"] == 1 and again["iterations"] == 2 and again["stopped_by_budget"] == 1
+
+
 def test_lora_policy_trains_adapters_only_and_saves_merged(
     magic_policy: PolicyModel, tmp_path: Path
 ) -> None:

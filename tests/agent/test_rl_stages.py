@@ -288,8 +288,36 @@ def test_dreamgym_trains_in_the_synthetic_env_and_grows_the_buffer(project, drea
     assert all(h["real_steps"] == 0 for h in history)
     assert history[0]["curriculum_share_generated"] == 0.0  # round 0: real tasks only
     assert history[-1]["buffer_rows_synthetic"] == len(steps)
-    for key in ("success_rate", "reward_std", "optimizer_steps", "policy_kl"):
+    for key in ("success_rate", "reward_std", "optimizer_steps", "policy_kl", "train_seconds"):
         assert all(key in h for h in history), key  # per round: reward, variance, updates, KL
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("snapshots", [True, False])
+def test_keeping_snapshots_is_part_of_a_dreamgym_runs_identity(project, snapshots, monkeypatch):
+    """Switched on between a kill and a resume, the resumed run would lack the rounds
+    before it: a run that keeps them is another run."""
+    from components.agent import train
+    from components.artifacts import DREAMGYM
+    from components.stages import rl
+
+    cfg, paths = project
+    cfg = cfg.model_copy(
+        update={"theorem1": cfg.theorem1.model_copy(update={"snapshots": snapshots})}
+    )
+    stamped: list[dict] = []
+
+    class Stop(Exception):
+        pass
+
+    def capture(*args: Any, **kw: Any) -> Any:
+        stamped.append(dict(kw["fingerprint"]))
+        raise Stop
+
+    monkeypatch.setattr(train, "train_rl", capture)
+    with pytest.raises(Stop):
+        rl.rl_seed(cfg, paths, "grpo", DREAMGYM, 0)
+    assert stamped[0].get("snapshots", False) is snapshots
 
 
 @pytest.mark.integration

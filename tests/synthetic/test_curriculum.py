@@ -57,6 +57,18 @@ def test_variance_selection_prefers_half_success_tasks():
     assert sum(hist.values()) == 4 and hist["0.000"] == 2 and hist["0.200"] == 1
 
 
+def test_the_most_variance_bins_the_config_allows_keep_distinct_keys():
+    from pydantic import ValidationError
+
+    from components.config import CurriculumConfig
+
+    most = CurriculumConfig.model_fields["variance_bins"].metadata
+    bins = next(m.le for m in most if hasattr(m, "le"))
+    assert len(variance_histogram([0.1], bins)) == bins  # keys at 3 decimals: none merged
+    with pytest.raises(ValidationError):
+        CurriculumConfig(variance_bins=bins + 1)
+
+
 @pytest.mark.parametrize(
     ("batch", "lam", "n_gen_available", "expected"),
     [
