@@ -174,6 +174,11 @@ def rl_seed(
         "env": cfg.env.model_dump(mode="json"),
         "tasks": sorted(t.task_id for t in tasks),
     }
+    # set before any _resume_point: a fingerprint that differs from train_rl's wipes the
+    # checkpoints; a resumed run must have kept every round's weights
+    snapshots = kind == DREAMGYM and cfg.theorem1.snapshots
+    if snapshots:
+        fingerprint["snapshots"] = True
     # fresh LoRA adapters seeded by the run's seed, not by what ran before in this worker
     policy = load_policy(init_dir, cfg.agent, trainable=True, seed=seed_int(seed, "lora"))
     extra: dict[str, Any] = {}
@@ -243,9 +248,6 @@ def rl_seed(
             extra["prior_tasks"] = synthetic_prior(source, synthetic_file(paths, algo), seed)
     else:
         env = env_factory(cfg.env, paths.root)  # a factory: the env list grows as needed
-    snapshots = kind == DREAMGYM and cfg.theorem1.snapshots
-    if snapshots:  # a resumed run must have kept every round's weights
-        fingerprint["snapshots"] = True
     summary = train_rl(
         policy,
         env,
