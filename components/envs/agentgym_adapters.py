@@ -71,8 +71,8 @@ class AgentGymHttpEnv(EpisodicEnv):
         """Reset the remote env to item ``index``; returns the first observation."""
         raise NotImplementedError
 
-    def _step_remote(self, action: str) -> tuple[str, float, bool]:
-        """(observation, server reward, done) of one action."""
+    def _step_remote(self, action: str) -> tuple[str, float, bool, bool]:
+        """(observation, server reward, done, cut by the server's own limit) of one action."""
         raise NotImplementedError
 
     def _admissible_remote(self) -> list[str] | None:
@@ -94,11 +94,20 @@ class AgentGymHttpEnv(EpisodicEnv):
         return {self.id_key: self.remote_id}
 
     def reset(self, task: Task, seed: int | None = None) -> tuple[str, dict[str, Any]]:
-        """Reset the remote env to item ``task.seed``."""
+        """Reset the remote env to item ``task.seed`` (a remote env the server no longer
+        knows, e.g. after a restart, is created anew once)."""
         del seed
         self._task = task
-        observation = self._reset_remote(int(task.seed))
         self._history = []
+        self._done = True  # until the server has reset: no step on the last episode's world
+        stale = self.remote_id is not None  # made for an earlier episode: may be gone
+        try:
+            observation = self._reset_remote(int(task.seed))
+        except EnvError:
+            if not stale:
+                raise
+            self._drop_remote()
+            observation = self._reset_remote(int(task.seed))
         self._done = False
         self._admissible = self._admissible_remote()
         return compact(observation), self._info("", valid=True, won=False, lost=False, reward=0.0)
@@ -107,28 +116,38 @@ class AgentGymHttpEnv(EpisodicEnv):
         self._require_running()
         command = action.strip()
         valid = self._is_valid(command)
-        observation, server_reward, done = self._step_remote(command)
+        try:
+            observation, server_reward, done, cut = self._step_remote(command)
+        except EnvError:
+            self._done = True  # the remote state is unknown now: reset before stepping again
+            raise
         self._history.append(command)
         won = bool(done) and server_reward >= 1.0
         terminated = bool(done)
-        truncated = not terminated and limit is not None and len(self._history) >= limit
+        # the server's own time or step cut ends the episode undecided, not lost
+        truncated = not terminated and (cut or (limit is not None and len(self._history) >= limit))
         self._done = terminated or truncated
-        self._admissible = [] if terminated else self._admissible_remote()
+        self._admissible = [] if self._done else self._admissible_remote()
         info = self._info(
             compact(observation, 300), valid, won, terminated and not won, server_reward
         )
         return compact(observation), int(won), terminated, truncated, info
 
     def close(self) -> None:
-        """Close the remote env (best effort) and the connection pool."""
+        """Close the remote env (best effort) and the connection pool; a later ``reset``
+        creates another (collection and evaluation reuse an env after a failure)."""
+        self._drop_remote()
+        self._task = None
+        self.http.close()
+
+    def _drop_remote(self) -> None:
+        """Close the remote env (best effort): the next request creates another."""
         if self.remote_id is not None:
             with contextlib.suppress(EnvError):
                 self.http.request(
                     "POST", "/close", json={self.id_key: self.remote_id}, idempotent=True
                 )
         self.remote_id = None
-        self._task = None
-        self.http.close()
 
     def expert_action(self) -> str | None:
         """No expert through the HTTP protocol (collection policies act randomly)."""
@@ -163,11 +182,11 @@ class WebShopHttpEnv(AgentGymHttpEnv):
         )
         return str(self.http.request("GET", "/observation", params=self._ids(), idempotent=True))
 
-    def _step_remote(self, action: str) -> tuple[str, float, bool]:
+    def _step_remote(self, action: str) -> tuple[str, float, bool, bool]:
         body = self.http.request(
             "POST", "/step", json={**self._ids(), "action": action}, idempotent=False
         )
-        return str(body["state"]), float(body.get("reward") or 0.0), bool(body.get("done"))
+        return str(body["state"]), float(body.get("reward") or 0.0), bool(body.get("done")), False
 
     def _admissible_remote(self) -> list[str] | None:
         body = self.http.request("GET", "/available_actions", params=self._ids(), idempotent=True)
@@ -218,12 +237,17 @@ class AlfWorldHttpEnv(AgentGymHttpEnv):
         self._first_observation = str(body["observation"])
         return self._first_observation
 
-    def _step_remote(self, action: str) -> tuple[str, float, bool]:
+    def _step_remote(self, action: str) -> tuple[str, float, bool, bool]:
         body = self.http.request(
             "POST", "/step", json={**self._ids(), "action": action}, idempotent=False
         )
         self._available = [str(a) for a in body.get("available_actions", [])]
-        return str(body["observation"]), float(body.get("reward") or 0.0), bool(body.get("done"))
+        return (
+            str(body["observation"]),
+            float(body.get("reward") or 0.0),
+            bool(body.get("done")),
+            False,
+        )
 
     def _admissible_remote(self) -> list[str] | None:
         return sorted(self._available)
@@ -256,13 +280,13 @@ class WebArenaHttpEnv(AgentGymHttpEnv):
         self._first_observation = str(body["observation"])
         return self._first_observation
 
-    def _step_remote(self, action: str) -> tuple[str, float, bool]:
+    def _step_remote(self, action: str) -> tuple[str, float, bool, bool]:
         text = self.ACTION_TEMPLATE.format(action=action)
         body = self.http.request(
             "POST", "/step", json={**self._ids(), "action": text}, idempotent=False
         )
-        done = bool(body.get("terminated")) or bool(body.get("truncated"))
-        return str(body["observation"]), float(body.get("reward") or 0.0), done
+        terminated, cut = bool(body.get("terminated")), bool(body.get("truncated"))
+        return str(body["observation"]), float(body.get("reward") or 0.0), terminated, cut
 
     def _is_valid(self, action: str) -> bool:
         return _WEBARENA_ACTION.match(action) is not None

@@ -28,7 +28,15 @@ class RetryingHttp:
         self.base_url = base_url.rstrip("/")
         self.max_retries = max_retries
         self.backoff_s = backoff_s
-        self.client = httpx.Client(base_url=self.base_url, timeout=timeout_s)
+        self.timeout_s = timeout_s
+        self.client: httpx.Client | None = None  # opened on the first request
+
+    def _client(self) -> Any:
+        import httpx
+
+        if self.client is None:  # again after close: an env is reset after a failed episode
+            self.client = httpx.Client(base_url=self.base_url, timeout=self.timeout_s)
+        return self.client
 
     def request(
         self,
@@ -47,7 +55,7 @@ class RetryingHttp:
             if attempt:
                 time.sleep(min(self.backoff_s * 2 ** (attempt - 1), MAX_BACKOFF_S))
             try:
-                response = self.client.request(method, path, json=json, params=params)
+                response = self._client().request(method, path, json=json, params=params)
             except (httpx.ConnectError, httpx.ConnectTimeout) as err:  # never reached it
                 last = f"{type(err).__name__}: {err}"
                 continue
@@ -73,5 +81,7 @@ class RetryingHttp:
         raise EnvError(f"{method} {path} failed after {self.max_retries + 1} tries: {last}")
 
     def close(self) -> None:
-        """Close the connection pool."""
-        self.client.close()
+        """Close the connection pool (the next request opens a new one)."""
+        if self.client is not None:
+            self.client.close()
+            self.client = None

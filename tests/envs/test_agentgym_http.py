@@ -23,7 +23,11 @@ from tests.fakes.agentgym_server import serve
 
 pytestmark = pytest.mark.integration
 
-FAST = {"timeout_s": 0.5, "max_retries": 2, "backoff_s": 0.01}
+# a healthy request never times out on a loaded host (0.5 s did: /create is not retried);
+# the timeout tests use SHORT against a delay three times as long
+FAST = {"timeout_s": 5.0, "max_retries": 2, "backoff_s": 0.01}
+SHORT = {**FAST, "timeout_s": 1.0}
+DELAY_S = 3.0
 
 
 def _task(env: str, index: int = 1) -> Task:
@@ -104,26 +108,57 @@ def test_webarena_wraps_actions_for_the_server_and_rewards_the_answer():
         assert reward == 1 and terminated and info[WON]
 
 
-def test_idempotent_requests_are_retried_on_500_and_timeouts():
+def test_a_truncation_by_the_server_is_no_loss(monkeypatch: pytest.MonkeyPatch):
+    from tests.fakes.agentgym_server import WebArenaWorld
+
+    monkeypatch.setattr(WebArenaWorld, "cut_after", 2)
+    with served_env("webarena", WebArenaHttpEnv, max_steps=8, **FAST) as (_, env):
+        env.reset(_task("webarena", 2))
+        assert env.step("click [7]")[2:4] == (False, False)
+        _, reward, terminated, truncated, info = env.step("click [7]")
+        assert (reward, terminated, truncated) == (0, False, True)
+        assert not info[WON] and not info[LOST]
+
+
+def test_an_env_is_reset_again_after_close_a_failed_step_or_a_server_restart():
     with served_env("alfworld", AlfWorldHttpEnv, max_steps=8, **FAST) as (server, env):
+        env.reset(_task("alfworld"))
+        env.close()  # collection and evaluation close an env after a failure, then reuse it
+        env.reset(_task("alfworld"))
+        server.inject("/step", status=500)
+        with pytest.raises(EnvError):
+            env.step("go to table 1")
+        with pytest.raises(RuntimeError):  # the remote state is unknown: no step before reset
+            env.step("go to table 1")
+        server.worlds.clear()  # the server restarted: it knows no remote env
+        obs, _ = env.reset(_task("alfworld"))
+        assert "Your task is to" in obs and server.requests["POST /create"] == 3
+        server.inject("/reset", status=400)
+        env.reset(_task("alfworld", 2))  # fails, then again on a fresh remote env
+        _, _, _, _, info = env.step("go to table 1")
+        assert info[VALID] and env.history == ["go to table 1"]
+
+
+def test_idempotent_requests_are_retried_on_500_and_timeouts():
+    with served_env("alfworld", AlfWorldHttpEnv, max_steps=8, **SHORT) as (server, env):
         env.reset(_task("alfworld"))
         server.inject("/reset", status=500)
         env.reset(_task("alfworld"))
         assert server.requests["POST /reset"] == 3  # first reset, 500, retry
-        server.inject("/reset", delay=1.0)  # longer than the 0.5 s client timeout
+        server.inject("/reset", delay=DELAY_S)  # longer than the 1 s client timeout
         obs, _ = env.reset(_task("alfworld"))
         assert "Your task is to" in obs
 
 
 def test_steps_are_never_retried_when_they_may_have_applied():
-    with served_env("alfworld", AlfWorldHttpEnv, max_steps=8, **FAST) as (server, env):
+    with served_env("alfworld", AlfWorldHttpEnv, max_steps=8, **SHORT) as (server, env):
         env.reset(_task("alfworld"))
         server.inject("/step", status=500)
         with pytest.raises(EnvError, match="HTTP 500"):
             env.step("go to table 1")
         assert server.requests["POST /step"] == 1 and server.applied_steps == 0
         env.reset(_task("alfworld"))
-        server.inject("/step", delay=1.0)  # applied by the server, answer too late
+        server.inject("/step", delay=DELAY_S)  # applied by the server, answer too late
         with pytest.raises(EnvError, match="not retried"):
             env.step("go to table 1")
         assert server.requests["POST /step"] == 2 and server.applied_steps == 1

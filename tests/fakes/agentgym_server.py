@@ -139,11 +139,16 @@ class AlfWorldWorld:
 
 
 class WebArenaWorld:
-    """Answer with ``stop [<the number on the page>]``."""
+    """Answer with ``stop [<the number on the page>]``; ``cut_after`` steps without one,
+    the server truncates the episode (its own step limit)."""
+
+    cut_after: int | None = None
 
     def __init__(self) -> None:
         self.idx = 0
         self.previous = "None"
+        self.steps = 0
+        self.truncated = False
 
     def answer(self) -> str:
         return str(40 + self.idx)
@@ -156,10 +161,12 @@ class WebArenaWorld:
         )
 
     def reset(self, idx: int) -> str:
-        self.idx, self.previous = idx, "None"
+        self.idx, self.previous, self.steps, self.truncated = idx, "None", 0, False
         return self.prompt()
 
     def step(self, llm_text: str) -> tuple[str, float, bool]:
+        self.steps += 1
+        self.truncated = self.cut_after is not None and self.steps >= self.cut_after
         m = re.search(r"```((.|\n)*?)```", llm_text)
         if m is None:
             return "Cannot parse action from response", 0.0, False
@@ -280,7 +287,7 @@ def _handler(server: FakeServer) -> type[BaseHTTPRequestHandler]:
                     "observation": obs,
                     "reward": reward,
                     "terminated": done,
-                    "truncated": False,
+                    "truncated": not done and world.truncated,
                     "info": None,
                 }
             if path == "/observation":
