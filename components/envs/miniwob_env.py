@@ -283,7 +283,12 @@ class MiniWoBEnv(EpisodicEnv):
                 )
             self._perform(_mw_action(config, ActionTypes.CLICK_ELEMENT, ref=element.ref))
             self._perform(_mw_action(config, ActionTypes.PRESS_KEY, key=_key_index("C-a")))
-            self._perform(_mw_action(config, ActionTypes.TYPE_TEXT, text=parsed.arg))
+            if parsed.arg:
+                self._perform(_mw_action(config, ActionTypes.TYPE_TEXT, text=parsed.arg))
+            else:  # typing nothing over the selection leaves it: erase it, as the dream does
+                self._perform(
+                    _mw_action(config, ActionTypes.PRESS_KEY, key=_key_index("<Backspace>"))
+                )
             return f'Typed "{parsed.arg}" into [{element.ref}].', True
         if parsed.verb == "select":
             if element.kind != "select":

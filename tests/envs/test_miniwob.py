@@ -125,6 +125,20 @@ def test_malformed_and_misdirected_actions_change_nothing(env: MiniWoBEnv, suite
         assert info[FEEDBACK].startswith("Invalid action")
 
 
+def test_typing_replaces_a_fields_value_and_typing_nothing_empties_it(
+    env: MiniWoBEnv, suite: list[Task]
+):
+    env.reset(_task(suite, "login-user"))
+    field = next(e for e in env.elements if e.kind == "textbox")
+
+    def value() -> str:
+        return next(e for e in env.elements if e.ref == field.ref).render()
+
+    for text in ("hello", "xy", ""):  # the dream's page model (grounded_page) does the same
+        _, _, _, _, info = env.step(f'type [{field.ref}] "{text}"')
+        assert info[VALID] and value().endswith(f'"{text}"'), value()
+
+
 def test_killed_chromedriver_fails_the_episode_and_the_next_one_works(suite: list[Task]):
     task = _task(suite, "login-user")
     env = MiniWoBEnv(max_steps=10)
