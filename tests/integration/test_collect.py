@@ -127,7 +127,8 @@ def _kill_after_first_episode(cfg: Config, root: Path, out: Path) -> None:
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
     # orphaned pool workers notice and exit instead of writing on behind a resumed run
-    deadline = time.monotonic() + 10
+    # (their watcher polls every 0.2 s; a starved worker on a loaded host takes longer)
+    deadline = time.monotonic() + 60
     while any(alive(w) for w in workers) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not any(alive(w) for w in workers)

@@ -48,7 +48,7 @@ def _config(ci_config: Config, base_url: str, **overrides) -> Config:
         "api_key_env": KEY_ENV,
         "concurrency": 4,
         "max_retries": 3,
-        "timeout_s": 0.4,
+        "timeout_s": 1.0,  # 0.4 s could time out a healthy answer on a loaded host
         "backoff_base_s": 0.02,
         "backoff_max_s": 0.1,
         "max_tokens": 64,
@@ -81,7 +81,7 @@ def test_fault_storm_every_transition_annotated_or_failed_then_rerun_completes(
 ) -> None:
     trajs = make_trajectories(20, steps=4)
     all_ids = [s.id for t in trajs for s in t.steps]
-    srv = fake_openai(fault_fn=_storm(0, 0.6), api_key=KEY, delay_s=1.0, retry_after_s=0.05)
+    srv = fake_openai(fault_fn=_storm(0, 0.6), api_key=KEY, delay_s=3.0, retry_after_s=0.05)
     cfg = _config(ci_config, srv.base_url)
     out = tmp_path / "annotations.jsonl"
     start = time.monotonic()
@@ -101,7 +101,8 @@ def test_fault_storm_every_transition_annotated_or_failed_then_rerun_completes(
     assert set(STORM) <= set(seen)  # every kind of fault was served
 
     healthy = fake_openai(api_key=KEY)
-    again = annotate(_config(ci_config, healthy.base_url), trajs, out, progress=False)
+    healthy_cfg = _config(ci_config, healthy.base_url, timeout_s=5.0)  # no retry: exact counts
+    again = annotate(healthy_cfg, trajs, out, progress=False)
     final = [r["id"] for r in _rows(out)]
     assert again["n_annotated"] == len(failed_ids) == len(healthy.completion_requests)
     assert len(final) == len(set(final)) == len(all_ids)
@@ -122,7 +123,9 @@ def test_retries_back_off_exponentially_and_honour_retry_after(ci_config, fake_o
         api_key=KEY,
         retry_after_s=0.4,
     )
-    cfg = _config(ci_config, srv.base_url, max_retries=4, backoff_base_s=0.1, backoff_max_s=1)
+    cfg = _config(
+        ci_config, srv.base_url, max_retries=4, backoff_base_s=0.1, backoff_max_s=1, timeout_s=5.0
+    )
     teacher = OpenAITeacher(cfg.teacher)
     [ann] = teacher.annotate(list(iter_requests(make_trajectories(1, 1), 2)))
     teacher.close()
@@ -137,7 +140,7 @@ def test_retries_back_off_exponentially_and_honour_retry_after(ci_config, fake_o
 def test_budget_holds_under_faults_and_the_error_says_what_to_do(
     ci_config, fake_openai, tmp_path: Path
 ) -> None:
-    srv = fake_openai(fault_fn=_storm(1, 0.5), api_key=KEY, delay_s=1.0, retry_after_s=0.05)
+    srv = fake_openai(fault_fn=_storm(1, 0.5), api_key=KEY, delay_s=3.0, retry_after_s=0.05)
     priced = {"price_input_per_mtok": 1000.0, "price_output_per_mtok": 1000.0}
     cfg = _config(ci_config, srv.base_url, max_cost_usd=1.5, **priced)
     out = tmp_path / "annotations.jsonl"

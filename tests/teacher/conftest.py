@@ -78,7 +78,9 @@ def make_config(**teacher: Any) -> Config:
 
 def openai_teacher_config(base_url: str, **overrides: Any) -> TeacherConfig:
     """An openai-backend config with test-sized timeouts and backoffs."""
-    small = {"concurrency": 4, "timeout_s": 0.5, "max_tokens": 64}
+    # a healthy request must never time out on a loaded 2-core host (0.5 s did: a retry
+    # broke the exact request counts); the timeout tests set 1 s against a 3 s delay
+    small = {"concurrency": 4, "timeout_s": 5.0, "max_tokens": 64}
     server = {"backend": "openai", "model": "gpt-4o", "base_url": base_url}
     return fast_client(TeacherConfig, KEY_ENV, **{**server, **small, **overrides})
 
