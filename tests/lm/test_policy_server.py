@@ -184,23 +184,35 @@ def test_the_server_speaks_the_protocol_and_refuses_in_one_line(server: Completi
 def test_dreamgym_serve_command_serves_a_saved_policy(project: Path):
     import socket
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    def free_port() -> int:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            return s.getsockname()[1]
+
     env = {**os.environ, "DREAMGYM_TEST_SERVE_KEY": "sk-local"}
-    cmd = [sys.executable, "-m", "components.cli", "serve", "--model", NAME, "--port", str(port)]
-    cmd += ["--api-key-env", "DREAMGYM_TEST_SERVE_KEY"]
-    proc = subprocess.Popen(cmd, cwd=project, env={**env, "PYTHONPATH": str(ROOT)})
-    try:
-        url, headers = f"http://127.0.0.1:{port}/v1", {"Authorization": "Bearer sk-local"}
+    base = [sys.executable, "-m", "components.cli", "serve", "--model", NAME]
+    headers = {"Authorization": "Bearer sk-local"}
+    # the free port is only free until the server binds it (after importing torch): if
+    # another process took it meanwhile, the server exits and the next try picks another
+    for _ in range(3):
+        cmd = [*base, "--port", str(free_port()), "--api-key-env", "DREAMGYM_TEST_SERVE_KEY"]
+        proc = subprocess.Popen(cmd, cwd=project, env={**env, "PYTHONPATH": str(ROOT)})
+        url = f"http://127.0.0.1:{cmd[cmd.index('--port') + 1]}/v1"
         deadline = time.monotonic() + 90
-        while True:
+        models = None
+        while proc.poll() is None and models is None:
             try:
                 models = httpx.get(f"{url}/models", headers=headers)
-                break
             except httpx.TransportError:
-                assert proc.poll() is None and time.monotonic() < deadline, "server never came up"
+                if time.monotonic() > deadline:
+                    proc.kill()
+                    raise AssertionError("server never came up") from None
                 time.sleep(0.5)
+        if models is not None:
+            break
+    else:
+        raise AssertionError("the server exited on three ports in a row")
+    try:
         assert [m["id"] for m in models.json()["data"]] == [NAME]
         assert httpx.get(f"{url}/models").status_code == 401  # the key is required
         body = {"model": NAME, "prompt": "<action>", "max_tokens": 4, "return_token_ids": True}
