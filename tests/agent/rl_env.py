@@ -50,6 +50,22 @@ class MagicWordEnv:
         """Nothing to release."""
 
 
+def counted(stepped: list[str]) -> type[MagicWordEnv]:
+    """``MagicWordEnv`` that appends every action it is stepped with to ``stepped``."""
+
+    class Counted(MagicWordEnv):
+        def step(self, action: str) -> tuple[str, int, bool, bool, dict[str, Any]]:
+            stepped.append(action)
+            return super().step(action)
+
+    return Counted
+
+
+def probe_tasks() -> list[Task]:
+    """Three magic-word tasks with different words (S2R's probe tests)."""
+    return [magic_task(i, target=w) for i, w in enumerate(("please", "now", "sesame"))]
+
+
 def magic_task(i: int = 0, target: str = TARGET) -> Task:
     """A magic-word task."""
     return make_task(f"magic-{i}", INSTRUCTION, i, env="magic", walkthrough=[target])

@@ -8,20 +8,15 @@ from typing import Any
 
 import torch
 
-from tests.agent.rl_env import MagicWordEnv, magic_grpo, magic_task
+from tests.agent.rl_env import counted, magic_grpo, magic_task, probe_tasks
 
 
 def test_probes_of_another_policy_or_sampling_are_not_reused(magic_policy, tmp_path: Path):
     from components.stages.regrounding import probe_rollouts
 
     stepped: list[str] = []
-
-    class Counted(MagicWordEnv):
-        def step(self, action: str) -> Any:
-            stepped.append(action)
-            return super().step(action)
-
-    tasks = [magic_task(i, target=w) for i, w in enumerate(("please", "now", "sesame"))]
+    Counted = counted(stepped)
+    tasks = probe_tasks()
     kw = {"cap": 6, "batch_size": 2, "seed": 0, "out_dir": tmp_path}
     cfg = magic_grpo()
     probe_rollouts(magic_policy, lambda: Counted(max_steps=3), tasks, cfg, **kw)

@@ -15,7 +15,7 @@ from components.agent.rl import flatten
 from components.agent.rollout import collect_rollouts
 from components.config import Config, Paths, load_config
 from components.envs.vector import BUDGET_CUT, ENV_ERROR, CappedEnvList
-from tests.agent.rl_env import MagicWordEnv, magic_grpo, magic_task
+from tests.agent.rl_env import MagicWordEnv, counted, magic_grpo, magic_task, probe_tasks
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -398,13 +398,8 @@ def test_probes_are_real_capped_and_reused_on_resume(magic_policy, tmp_path: Pat
     from components.stages.regrounding import probe_rollouts
 
     stepped: list[str] = []
-
-    class Counted(MagicWordEnv):
-        def step(self, action: str) -> Any:
-            stepped.append(action)
-            return super().step(action)
-
-    tasks = [magic_task(i, target=w) for i, w in enumerate(("please", "now", "sesame"))]
+    Counted = counted(stepped)
+    tasks = probe_tasks()
     kw = {"cap": 7, "batch_size": 2, "seed": 0, "out_dir": tmp_path}
     cfg = magic_grpo()
     probes, steps = probe_rollouts(magic_policy, lambda: Counted(max_steps=3), tasks, cfg, **kw)
