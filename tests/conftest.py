@@ -45,6 +45,17 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     items.sort(key=rank)  # stable: collection order within each rank
 
 
+@pytest.fixture(scope="session", autouse=True)
+def one_torch_thread() -> Iterator[None]:
+    """One torch thread in every test: on the contended 2-core machine two threads are many
+    times slower, and a file's thread count no longer depends on what ran before it on its
+    xdist worker (a subfolder's session fixture set it for every later file)."""
+    from components.lm.decoding import torch_threads
+
+    with torch_threads(1):
+        yield
+
+
 @pytest.fixture(scope="session")
 def prefect_harness():
     """A throwaway Prefect server for flow tests (started once, ~15 s; 90+ s under load)."""

@@ -20,7 +20,6 @@ from components.experience.dataset import (
     select_transitions,
 )
 from components.experience.synthetic_env import RealStateIndex
-from components.lm.decoding import torch_threads
 from components.schema import Provenance, Task, Trajectory, Transition, stable_id
 from tests.factories import make_step, make_task, make_trajectory
 
@@ -61,13 +60,6 @@ def pool_retriever(pool: Sequence[Transition]):
         return [[t for t in pool if t.episode_id != q.episode_id][:k] for q in queries]
 
     return retrieve
-
-
-@pytest.fixture(scope="session", autouse=True)
-def one_torch_thread():
-    """One torch thread: on the contended 2-core machine two threads are many times slower."""
-    with torch_threads(1):
-        yield
 
 
 @pytest.fixture(scope="session")
