@@ -247,7 +247,10 @@ def train_rl(
     iteration, real_steps, history = ckpt.resume()
     # the wall-clock budget counts the time before a resume too (a kill did not reset it)
     started = time.perf_counter() - (history[-1].get("train_seconds", 0.0) if history else 0.0)
-    stopped_by_budget = bool(history) and _budget_spent(cfg, started, real_steps)
+    # a spent real-step budget (0 on a fresh run too) or, resumed, a spent wall clock
+    stopped_by_budget = (cfg.max_real_steps is not None and real_steps >= cfg.max_real_steps) or (
+        bool(history) and _budget_spent(cfg, started, real_steps)
+    )
     try:
         while iteration < cfg.iterations and not stopped_by_budget:
             seed_everything(seed_int(cfg.seed, "round", iteration))

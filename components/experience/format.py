@@ -116,6 +116,8 @@ def decode_state(state: str, predicted: str, target: str = STATE_FULL) -> str:
         return state.strip()
     head, _, whole = predicted.partition("\n")
     if head.strip() == WHOLE:
+        if not whole.strip():
+            raise MalformedOutputError(f"'{WHOLE}' with no state after it")
         return whole.strip()
     before, delta = _keyed_lines(state), _keyed_lines(predicted)
     if before is None or delta is None:

@@ -416,17 +416,23 @@ def test_real_step_budget_stops_training_after_a_checkpoint(
 
 
 def test_the_wall_clock_budget_counts_the_time_before_a_resume(
-    magic_policy: PolicyModel, tmp_path: Path
+    magic_policy: PolicyModel, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    import time
+
+    def run(cfg: object, out: Path) -> dict:
+        return train_rl(magic_policy, lambda: MagicWordEnv(max_steps=1), [magic_task()], cfg, out)
+
     cfg = magic_grpo(iterations=2, tasks_per_iteration=1, rollouts_per_task=4)
-    first = train_rl(magic_policy, lambda: MagicWordEnv(max_steps=1), [magic_task()], cfg, tmp_path)
-    assert first["iterations"] == 2
-    # resumed with more rounds but a budget the first run already spent: no round more
-    later = cfg.model_copy(update={"iterations": 10, "max_train_minutes": 1e-9})
-    again = train_rl(
-        magic_policy, lambda: MagicWordEnv(max_steps=1), [magic_task()], later, tmp_path
-    )
+    clock = iter(range(0, 10**7, 100))  # every reading 100 s on: each round takes minutes
+    monkeypatch.setattr(time, "perf_counter", lambda: float(next(clock)))
+    assert run(cfg, tmp_path)["iterations"] == 2
+    # resumed with more rounds and a 5-minute budget the first run spent: no round more
+    again = run(cfg.model_copy(update={"iterations": 10, "max_train_minutes": 5.0}), tmp_path)
     assert again["resumed"] == 1 and again["iterations"] == 2 and again["stopped_by_budget"] == 1
+    # a zero real-step budget stops a fresh run before its first round
+    none = run(cfg.model_copy(update={"max_real_steps": 0}), tmp_path / "zero")
+    assert none["iterations"] == 0 and none["real_steps"] == 0
 
 
 def test_lora_policy_trains_adapters_only_and_saves_merged(

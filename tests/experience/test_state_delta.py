@@ -49,6 +49,8 @@ def test_unkeyed_or_reshaped_states_are_written_whole():
 )
 def test_a_whole_state_with_other_keys_decodes_back_exactly(after: str):
     assert decode_state(STATE, encode_state(STATE, after, STATE_DELTA), STATE_DELTA) == after
+    with pytest.raises(MalformedOutputError, match="no state"):
+        decode_state(STATE, WHOLE, STATE_DELTA)  # the marker alone is no state
 
 
 def test_a_delta_with_an_unknown_key_is_malformed_not_guessed():
