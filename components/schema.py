@@ -148,9 +148,20 @@ class Trajectory(_Record):
 
 def write_jsonl(path: Path, records: Iterable[BaseModel], append: bool = False) -> int:
     """Write records as JSON lines; returns the number written."""
+    from components.io import atomic_path
+
     path.parent.mkdir(parents=True, exist_ok=True)
+    if append:
+        return _write_records(path, records, "a")
+    # a new file goes through a temporary one: a failure part-way keeps the old file whole
+    with atomic_path(path) as tmp:
+        return _write_records(tmp, records, "w")
+
+
+def _write_records(path: Path, records: Iterable[BaseModel], mode: str) -> int:
+    """Write records as JSON lines to ``path`` opened with ``mode``; returns how many."""
     n = 0
-    with path.open("a" if append else "w", encoding="utf-8") as f:
+    with path.open(mode, encoding="utf-8") as f:
         for r in records:
             f.write(r.model_dump_json() + "\n")
             n += 1

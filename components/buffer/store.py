@@ -91,6 +91,7 @@ from components.buffer.schema import (
 from components.buffer.versions import VersionsMixin
 from components.buffer.writes import AddResult, WritesMixin
 from components.config import BufferConfig
+from components.io import swap_dir
 from components.schema import Source, Transition
 
 # this module's names from before the split into parts: still importable from here (the
@@ -288,10 +289,17 @@ def fork_buffer(src: str | Path, dst: str | Path, *, overwrite: bool = False) ->
     dst_dir = Path(dst) / TABLE_DIR
     if not src_dir.is_dir():
         raise BufferNotFoundError(f"no replay buffer at {src_dir}")
-    if dst_dir.exists():
-        if not overwrite:
-            raise ReplayBufferError(f"{dst_dir} already exists; pass overwrite=True to replace it")
-        shutil.rmtree(dst_dir)
+    if dst_dir.exists() and not overwrite:
+        raise ReplayBufferError(f"{dst_dir} already exists; pass overwrite=True to replace it")
+    # copied beside it, then swapped in: a kill mid-copy never leaves a partial table
+    # there (a resumed run would open it, missing rows or tags); a fixed name, so the next
+    # fork removes what a killed one staged
+    staged = dst_dir.with_name(f".{TABLE_DIR}.fork")
+    shutil.rmtree(staged, ignore_errors=True)
     Path(dst).mkdir(parents=True, exist_ok=True)
-    shutil.copytree(src_dir, dst_dir)
+    try:
+        shutil.copytree(src_dir, staged)
+        swap_dir(staged, dst_dir)
+    finally:
+        shutil.rmtree(staged, ignore_errors=True)
     return Path(dst)

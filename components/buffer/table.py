@@ -123,16 +123,19 @@ class BufferTable:
         # episodes revisit the same (task, state, action) often, within a batch and across
         # a DreamGym run's rounds (~90% of a run's texts came before): embed each text once
         cache = self._vectors
-        missing = [t for t in dict.fromkeys(texts) if t not in cache]
+        # the batch's vectors are kept here: a clear below must not drop those already cached
+        found = {t: cache[t] for t in dict.fromkeys(texts) if t in cache}
+        missing = [t for t in dict.fromkeys(texts) if t not in found]
         if missing:
             vecs = normalize_rows(self.embedder.embed(missing))
             self._check_embedder_dim(vecs)
             if len(cache) + len(missing) > EMBED_CACHE_TEXTS:
                 cache.clear()  # rare; bounded memory matters more than hits
             cache.update(zip(missing, vecs, strict=True))
+            found.update(zip(missing, vecs, strict=True))
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
-        return np.stack([cache[t] for t in texts])
+        return np.stack([found[t] for t in texts])
 
     @contextmanager
     def _io(self, what: str) -> Iterator[None]:

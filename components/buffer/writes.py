@@ -3,7 +3,8 @@ the co-evolution cap; ``evict_synthetic`` applies it on demand; ``sync`` makes t
 hold exactly a given set of transitions (the seed buffer's rebuild).
 
 ``add`` is idempotent: existing rows win, and a batch with nothing new writes nothing (no
-new table version). Incoming rows the cap would evict at once are never written.
+new table version) unless the table is over its cap. Incoming rows the cap would evict at
+once are never written.
 """
 
 from __future__ import annotations
@@ -98,7 +99,9 @@ class WritesMixin(IndexMixin):
         seqs = np.arange(seq0, seq0 + len(new), dtype=np.int64)
         rkeys = np.array([reservoir_key(rows[i].id) for i in new], dtype=np.int64)
         plan = NO_EVICTION
-        if evict and new:
+        # with nothing new too: a run killed between the insert and the eviction commit left
+        # the table over its cap, and its rerun offers the same (now present) rows
+        if evict:
             new_rows = [rows[i] for i in new]
             plan = plan_add_eviction(
                 self.cfg.synthetic_cap, self.cfg.eviction, existing, new_rows, rkeys

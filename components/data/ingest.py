@@ -221,8 +221,6 @@ def ingest(
     for folder in (out_dir, quarantine_dir):
         remove_stale_temps(folder)  # left by a run that was killed while writing
     quarantined: list[dict[str, Any]] = []
-    seen: dict[str, tuple[RawLine, bytes]] = {}
-    claimed: dict[str, RawLine] = {}  # transition id -> the line that used it first
     n_lines = 0
 
     def reject(line: RawLine, reasons: list[str], episode_id: str | None = None) -> None:
@@ -246,27 +244,31 @@ def ingest(
             parsed.append((line, obj))
 
     # Duplicates are set aside before validation (its uniqueness check would fail both
-    # copies), but a line that then fails validation holds no ids: the lines it displaced
-    # get another round, so a bad copy never costs the valid original.
-    ingested: list[Trajectory] = []
+    # copies), but a line that then fails validation holds no ids: deduplication is redone
+    # from scratch over the remaining lines, in file order, so a bad copy never costs the
+    # valid original and a later duplicate never wins over an earlier line. Only the lines
+    # a round newly admits are validated (a line's checks do not depend on the others);
+    # the outcome is that of the first round with no new failures.
     validation: dict[str, Any] = {"success": True, "n_rows": 0}
-    pending = parsed
-    while pending:
-        candidates, displaced = _deduplicate(pending, seen, claimed)
-        failed = _validate(candidates, cfg, validation, ingested, suite)
+    valid: dict[int, Trajectory] = {}  # id(line) -> its trajectory, once validated
+    bad: set[int] = set()  # id(line) of the lines that failed validation
+    while True:
+        remaining = [(line, obj) for line, obj in parsed if id(line) not in bad]
+        candidates, displaced = _deduplicate(remaining)
+        todo = [c for c in candidates if id(c.line) not in valid]
+        passed: list[Trajectory] = []
+        failed = _validate(todo, cfg, validation, passed, suite)
+        lost = {id(c.line) for c in failed}
+        ok = [id(c.line) for c in todo if id(c.line) not in lost]
+        valid.update(zip(ok, passed, strict=True))
+        if not failed:
+            break
         for cand in failed:
             reject(cand.line, sorted(set(cand.reasons)), cand.obj["episode_id"])
-            # what it held is free again
-            if seen.get(cand.obj["episode_id"], (None,))[0] is cand.line:
-                del seen[cand.obj["episode_id"]]
-            for step in cand.obj["steps"]:
-                if isinstance(step.get("id"), str) and claimed.get(step["id"]) is cand.line:
-                    del claimed[step["id"]]
-        lost = {id(c.line) for c in failed}
-        pending = [(line, obj) for line, obj, _, by in displaced if id(by) in lost]
-        for line, obj, why, by in displaced:
-            if id(by) not in lost:
-                reject(line, [why], obj["episode_id"])
+        bad |= lost
+    for line, obj, why, _ in displaced:
+        reject(line, [why], obj["episode_id"])
+    ingested = [valid[id(c.line)] for c in candidates]
 
     assert len(ingested) + len(quarantined) == n_lines, "every line must be accounted for"
     # count each kind of failure once per quarantined line
@@ -296,11 +298,11 @@ def ingest(
 
 def _deduplicate(
     lines: list[tuple[RawLine, dict[str, Any]]],
-    seen: dict[str, tuple[RawLine, bytes]],
-    claimed: dict[str, RawLine],
 ) -> tuple[list[_Candidate], list[tuple[RawLine, dict[str, Any], str, RawLine]]]:
     """(candidates, displaced lines with their reason and the line they lost to): a
     line whose episode id or a transition id an earlier line holds is displaced."""
+    seen: dict[str, tuple[RawLine, bytes]] = {}
+    claimed: dict[str, RawLine] = {}  # transition id -> the line that used it first
     candidates: list[_Candidate] = []
     displaced: list[tuple[RawLine, dict[str, Any], str, RawLine]] = []
     for line, obj in lines:

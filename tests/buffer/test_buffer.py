@@ -10,6 +10,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
+import components.buffer.table as buffer_table
 from components.buffer import (
     BufferCorruptedError,
     BufferReadOnlyError,
@@ -26,6 +27,7 @@ from components.buffer.embedders import Embedder
 from components.buffer.schema import VECTOR_COLUMN, vectors
 from components.buffer.store import TABLE_NAME, table_schema
 from components.config import BufferConfig, load_config
+from components.experience.coevolution import fork_seed_buffer
 from components.schema import Transition, write_jsonl
 from tests.buffer.tw_data import GAMES, episode, make_transition
 from tests.factories import make_trajectory
@@ -92,6 +94,20 @@ def test_a_text_is_embedded_once_per_handle(tmp_path: Path, wordllama: Embedder)
     stored = dict(zip(table["id"].to_pylist(), vectors(table[VECTOR_COLUMN], buf.dim), strict=True))
     a, b = episode(0, "a")[1].id, episode(0, "b")[1].id
     np.testing.assert_array_equal(stored[a], stored[b])
+
+
+def test_a_full_embedding_cache_keeps_the_batch_vectors(
+    open_buffer: OpenBuffer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A batch that overflows the cache and holds a text cached before still embeds."""
+    monkeypatch.setattr(buffer_table, "EMBED_CACHE_TEXTS", 6)  # stands in for the 32,768
+    buf = open_buffer()
+    buf.add(episode(0, "a"))  # 5 texts cached
+    # 1 cached text + 5 new ones: 5 + 5 > 6 clears the cache
+    queries = episode(0, "b")[:1] + episode(1, "c")
+    assert len(buf.retrieve_many(queries, k=2)) == 6
+    result = buf.add(episode(0, "d")[:1] + episode(2, "e"))
+    assert (result.inserted, len(buf)) == (6, 11)
 
 
 def test_stored_transitions_round_trip(open_buffer: OpenBuffer) -> None:
@@ -225,6 +241,32 @@ def test_kept_synthetic_set_does_not_depend_on_arrival_order(
     assert len(a) == 10
 
 
+def test_re_adding_after_a_kill_before_eviction_repairs_the_cap(
+    open_buffer: OpenBuffer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Insert and eviction are two commits: the rerun's add evicts what is over the cap."""
+    buf = open_buffer(synthetic_cap=5, eviction="oldest")
+    buf.add(synthetic_iteration(0, games=1))
+    batch = synthetic_iteration(1, games=1)[:3]
+
+    class Killed(BaseException):
+        pass
+
+    def killed(*_: object, **__: object) -> None:
+        raise Killed  # the process dies between the insert and the eviction commit
+
+    monkeypatch.setattr(buf._table, "delete", killed)
+    with pytest.raises(Killed):
+        buf.add(batch)
+    resumed = open_buffer(synthetic_cap=5, eviction="oldest")
+    assert resumed.stats()["rows_synthetic"] == 8
+    again = resumed.add(batch)
+    assert (again.inserted, again.evicted) == (0, 3)
+    assert resumed.stats()["synthetic_rows_by_iteration"] == {0: 2, 1: 3}
+    version = resumed.version
+    assert not resumed.add(batch).changed and resumed.version == version  # within cap: a no-op
+
+
 # ---------------------------------------------------------------- versions
 
 
@@ -279,6 +321,55 @@ def test_fork_copies_versions_and_tags(tmp_path: Path, open_buffer: OpenBuffer) 
     assert len(dst) == 5
     with pytest.raises(Exception, match="already exists"):
         fork_buffer(src.path, tmp_path / "grown")
+
+
+@pytest.mark.parametrize("existing", [False, True])
+def test_fork_killed_mid_copy_leaves_no_partial_buffer(
+    tmp_path: Path,
+    open_buffer: OpenBuffer,
+    wordllama: Embedder,
+    monkeypatch: pytest.MonkeyPatch,
+    existing: bool,
+) -> None:
+    """A resumed stage re-forks: the destination is the old copy or none, never a part."""
+    cfg = BufferConfig(embedder="wordllama")
+    src = open_buffer()
+    for g in range(3):
+        src.add(episode(g, "a"))
+    src.tag("seed")
+    work = tmp_path / "work"
+    if existing:  # an older fork that the kill must leave whole
+        fork_buffer(src.path, work)
+        open_buffer(work).add(episode(4, "old"))
+
+    class Killed(BaseException):
+        pass
+
+    real_copytree, real_copy2, copied = shutil.copytree, shutil.copy2, []
+
+    def copy2(s: str, d: str, **kw: object) -> object:
+        if len(copied) == 3:
+            raise Killed  # the process dies part-way through the copy
+        copied.append(s)
+        return real_copy2(s, d, **kw)
+
+    def copytree(s: Path, d: Path, *args: object, **kw: object) -> object:
+        if not args:  # the top call (subfolders pass the copy function on positionally)
+            kw["copy_function"] = copy2
+        return real_copytree(s, d, *args, **kw)
+
+    monkeypatch.setattr(shutil, "copytree", copytree)
+    with pytest.raises(Killed):
+        fork_buffer(src.path, work, overwrite=True)
+    monkeypatch.undo()
+    if existing:
+        assert len(open_buffer(work)) == 20  # the old copy, whole
+    else:
+        assert not (work / "transitions.lance").exists()
+
+    resumed = fork_seed_buffer(src.path, work, cfg, embedder=wordllama, fresh=existing)
+    assert (len(resumed), resumed.tags()) == (15, src.tags())
+    assert [p.name for p in work.iterdir() if p.name.startswith(".transitions")] == []
 
 
 # ---------------------------------------------------------------- ANN index

@@ -10,7 +10,7 @@ import pytest
 
 from components.config import IngestConfig
 from components.data.ingest import QUARANTINE_FILE, REPORT_FILE, TRANSITIONS_FILE, ingest
-from components.schema import Trajectory, read_jsonl
+from components.schema import Trajectory, read_jsonl, write_jsonl
 from tests.factories import make_trajectory
 
 CFG = IngestConfig(max_line_bytes=20_000, max_state_chars=500, max_action_chars=50)
@@ -130,3 +130,40 @@ def test_a_bad_copy_never_costs_the_valid_original(tmp_path: Path):
     assert [t.episode_id for t in kept] == [good.episode_id]
     (bad,) = [json.loads(x) for x in (tmp_path / "q" / QUARANTINE_FILE).read_text().splitlines()]
     assert bad["line_no"] == 1 and not any("duplicate" in r for r in bad["reasons"])
+
+
+def test_a_rejected_line_never_lets_a_later_duplicate_win(tmp_path: Path):
+    # line 1 is invalid and holds the transition id of line 2, which is set aside; once
+    # line 1 fails, line 2 (the first copy of episode F) is kept and line 3, a later copy
+    # of F, is the duplicate: not the other way round
+    bad, f = make_trajectory(idx=1), make_trajectory(idx=2)
+    shared = "shared-id"
+    first = _line(f, {(0, "id"): shared})
+    later = _line(f, {(1, "state"): "a later, edited copy"})
+    raw = tmp_path / "raw.jsonl"
+    raw.write_text("\n".join([_line(bad, {(0, "id"): shared, (0, "reward"): 5}), first, later]))
+    report = ingest([raw], tmp_path / "out", tmp_path / "q", CFG)
+    assert (report.n_ingested, report.n_quarantined) == (1, 2)
+    (kept,) = read_jsonl(tmp_path / "out" / "trajectories.jsonl", Trajectory)
+    assert kept == Trajectory.model_validate(json.loads(first))
+    rows = [json.loads(x) for x in (tmp_path / "q" / QUARANTINE_FILE).read_text().splitlines()]
+    by_line = {r["line_no"]: r["reasons"] for r in rows}
+    assert set(by_line) == {1, 3}
+    assert by_line[3] == [f"duplicate episode_id: conflicting duplicate of {raw}:2"]
+
+
+def test_write_jsonl_failing_part_way_keeps_the_old_file(tmp_path: Path):
+    path = tmp_path / "trajectories.jsonl"
+    write_jsonl(path, [make_trajectory(idx=i) for i in range(3)])
+    before = path.read_bytes()
+
+    def disk_full():
+        yield make_trajectory(idx=10)
+        raise OSError(28, "No space left on device")
+
+    with pytest.raises(OSError, match="No space left"):
+        write_jsonl(path, disk_full())
+    assert path.read_bytes() == before
+    assert [p.name for p in tmp_path.iterdir()] == [path.name]  # no temporary file left
+    assert write_jsonl(path, [make_trajectory(idx=4)], append=True) == 1
+    assert len(path.read_text().splitlines()) == 4
