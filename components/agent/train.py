@@ -273,7 +273,7 @@ def train_rl(
             if sampler is not None:
                 # an episode the env broke (or the S2R cap cut) says nothing of the task
                 sampler.update(
-                    [(e.task.task_id, e.reward) for e in batch.episodes if e.env_error is None]
+                    [(e.task.task_id, e.success) for e in batch.episodes if e.env_error is None]
                 )
             # 4. the policy update: GRPO/PPO epochs over the round's turns
             t0 = time.perf_counter()

@@ -49,11 +49,14 @@ class VarianceTaskSampler:
             weights.pop(i)
         return chosen
 
-    def update(self, outcomes: Iterable[tuple[str, float]]) -> None:
-        """Fold a round's (task_id, reward) outcomes in (older rounds decay by ``decay``)."""
+    def update(self, outcomes: Iterable[tuple[str, bool]]) -> None:
+        """Fold a round's (task_id, won) outcomes in (older rounds decay by ``decay``).
+
+        The outcome is the env's won flag, not ``reward > 0``: under ``env.reward: score``
+        a partial score gain is not a success."""
         seen: dict[str, list[float]] = {}
-        for task_id, reward in outcomes:
-            seen.setdefault(task_id, []).append(float(reward > 0))
+        for task_id, won in outcomes:
+            seen.setdefault(task_id, []).append(float(bool(won)))
         for task_id, rewards in seen.items():
             if task_id not in self.stats:  # a task outside the pool (e.g. a generated one)
                 continue

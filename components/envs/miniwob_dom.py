@@ -233,19 +233,31 @@ def admissible_actions(
     elements: list[Element], utterance: str, limit: int = MAX_ADMISSIBLE
 ) -> list[str]:
     """Click every interactive element, type the instruction's quoted values into text
-    fields, pick every option of selects; sorted, at most ``limit``."""
-    actions: list[str] = []
+    fields, pick every option of selects; sorted, at most ``limit``. Past the limit the
+    instruction's own inputs (typing, Enter, options it names) are kept before clicks, and
+    clicks before other options: a plain sorted cut kept only clicks on a crowded page."""
+    named: list[str] = []  # what the instruction asks for: never crowded out
+    clicks: list[str] = []
+    options: list[str] = []
     values = quoted(utterance)
     for e in elements:
         if not e.interactive:
             continue
-        actions.append(f"click [{e.ref}]")
+        clicks.append(f"click [{e.ref}]")
         if e.kind in TEXT_INPUTS:
-            actions += [f'type [{e.ref}] "{v}"' for v in values]
-            actions.append(f"press [{e.ref}] Enter")
+            named += [f'type [{e.ref}] "{v}"' for v in values]
+            named.append(f"press [{e.ref}] Enter")
         if e.kind == "select":
-            actions += [f'select [{e.ref}] "{o}"' for o in e.options]
-    return sorted(dict.fromkeys(actions))[:limit]
+            for o in e.options:
+                asked = o.strip() and o.strip().lower() in utterance.lower()
+                (named if asked else options).append(f'select [{e.ref}] "{o}"')
+    kept: dict[str, None] = {}
+    for group in (named, clicks, options):
+        for action in sorted(group):
+            if len(kept) >= limit:
+                break
+            kept.setdefault(action, None)
+    return sorted(kept)
 
 
 def describe_commands(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -21,6 +22,7 @@ from components.agent.train import (
     snapshot_file,
     train_rl,
 )
+from components.envs.base import WON
 from components.envs.vector import EnvList
 from tests.agent.rl_env import (
     ANSWER_TOKENS,
@@ -515,3 +517,22 @@ def test_episodes_the_env_broke_do_not_update_the_task_sampler(
     crashing = lambda: MagicWordEnv(max_steps=3, crash_at_step=1)  # noqa: E731
     out = train_rl(magic_policy, crashing, sampler, cfg, tmp_path)
     assert out["iterations"] == 1 and sampler.state_dict() == before
+
+
+def test_a_partial_score_is_not_a_success_to_the_task_sampler(
+    magic_policy: PolicyModel, tmp_path: Path
+) -> None:
+    """Under ``env.reward: score`` a step can pay without winning: the sampler counted any
+    positive reward as a win, so a task never solved looked half solved."""
+    from components.curriculum.sampling import VarianceTaskSampler
+
+    class Partial(MagicWordEnv):
+        def step(self, action: str) -> tuple[str, Any, bool, bool, dict[str, Any]]:
+            obs, _, _, _, info = super().step(action)
+            return obs, 0.5, True, False, {**info, WON: False}  # pays, never wins
+
+    sampler = VarianceTaskSampler([magic_task()], seed=0)
+    cfg = magic_grpo(iterations=1, tasks_per_iteration=1, rollouts_per_task=2)
+    train_rl(magic_policy, Partial, sampler, cfg, tmp_path)
+    wins, n = sampler.stats[magic_task().task_id]
+    assert n == 2 and wins == 0
