@@ -179,14 +179,14 @@ def paired(
 ) -> dict[str, Any]:
     """Mean difference a - b over shared (game, training seed) cells, with a 95% CI that
     resamples games and seeds (a rerun trains other seeds: their spread is part of it)."""
-    from components.agent.table1 import crossed_bootstrap
+    from components.agent.table1 import DIFFERENCE, crossed_bootstrap
 
     diffs = {g: {s: a[g][s] - b[g][s] for s in a[g] if s in b[g]} for g in sorted(set(a) & set(b))}
     diffs = {g: d for g, d in diffs.items() if d}
     if not diffs:
         raise SystemExit("the two results share no (game, seed)")
     flat = [v for d in diffs.values() for v in d.values()]
-    low, high = crossed_bootstrap(diffs, seed=seed)
+    low, high = crossed_bootstrap(diffs, seed=seed, bounds=DIFFERENCE)
     return {"diff": sum(flat) / len(flat), "ci_low": low, "ci_high": high, "games": len(diffs)}
 
 

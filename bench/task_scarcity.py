@@ -98,7 +98,7 @@ def cells(path: Path, seeds: Collection[int]) -> dict[str, dict[int, float]]:
 def pooled(per_budget: dict[str, tuple[Cells, Cells]]) -> dict[str, float]:
     """Mean a - b over every budget's (game, seed) cells, with a 95% CI: each (budget, seed)
     is its own training run, resampled as one seed is (runs share nothing across budgets)."""
-    from components.agent.table1 import crossed_bootstrap
+    from components.agent.table1 import DIFFERENCE, crossed_bootstrap
 
     diffs: dict[str, dict[tuple[str, int], float]] = {}
     for budget, (a, b) in per_budget.items():
@@ -106,7 +106,7 @@ def pooled(per_budget: dict[str, tuple[Cells, Cells]]) -> dict[str, float]:
             for s in set(a[g]) & set(b[g]):
                 diffs.setdefault(g, {})[(budget, s)] = a[g][s] - b[g][s]
     flat = [v for d in diffs.values() for v in d.values()]
-    low, high = crossed_bootstrap(diffs)  # type: ignore[arg-type]  # (budget, seed) keys sort too
+    low, high = crossed_bootstrap(diffs, bounds=DIFFERENCE)  # type: ignore[arg-type]  # (budget, seed) keys sort too
     mean = sum(flat) / len(flat)
     return {"diff": round(mean, 4), "ci_low": round(low, 4), "ci_high": round(high, 4)}
 

@@ -85,11 +85,31 @@ CROSSED, TASKS_ONLY = "games x training seeds", "games"
 ONE_SEED = "†"  # marks a one-seed row in the markdown: its intervals are over games only
 
 
+Z95 = 1.959964  # the normal quantile of a two-sided 95% interval
+RATE, DIFFERENCE = (0.0, 1.0), (-1.0, 1.0)  # the ranges of a success rate and of a paired diff
+
+
+def _never_degenerate(
+    lo: float, hi: float, mean: float, n_tasks: int, bounds: tuple[float, float]
+) -> tuple[float, float]:
+    """``(lo, hi)``, or when every task scored the same (the bootstrap then returns a
+    zero-width interval: 0/101 is not "exactly 0"), ``mean`` +- the Wilson upper bound of
+    0 events in ``n_tasks`` (~3.8 / n), clipped to ``bounds``."""
+    if hi - lo > 1e-12:
+        return lo, hi
+    u = Z95**2 / (n_tasks + Z95**2)
+    return max(bounds[0], mean - u), min(bounds[1], mean + u)
+
+
 def crossed_bootstrap(
-    cells: Mapping[str, Mapping[int, float]], seed: int = 0
+    cells: Mapping[str, Mapping[int, float]],
+    seed: int = 0,
+    bounds: tuple[float, float] = RATE,
 ) -> tuple[float, float]:
     """95% interval of the mean over (task, training seed) cells, resampling tasks and
-    seeds independently (Owen's pigeonhole bootstrap; a missing cell is skipped)."""
+    seeds independently (Owen's pigeonhole bootstrap; a missing cell is skipped). Where
+    every cell is equal it is widened by a Wilson bound over tasks (``_never_degenerate``);
+    ``bounds`` is the range of a cell (``DIFFERENCE`` for paired differences)."""
     tasks = sorted(cells)
     seeds = sorted({s for row in cells.values() for s in row})
     if not tasks or not seeds:
@@ -108,11 +128,15 @@ def crossed_bootstrap(
     counts = np.einsum("bi,ij,bj->b", task_n, present, seed_n)
     means = sums[counts > 0] / counts[counts > 0]
     lo, hi = np.quantile(means, [0.025, 0.975])
-    return float(lo), float(hi)
+    mean = float(values.sum() / present.sum())
+    return _never_degenerate(float(lo), float(hi), mean, len(tasks), bounds)
 
 
-def cluster_bootstrap(values: Mapping[str, Sequence[float]], seed: int = 0) -> tuple[float, float]:
-    """95% interval of the mean over tasks' values, resampling tasks (seeds kept together)."""
+def cluster_bootstrap(
+    values: Mapping[str, Sequence[float]], seed: int = 0, bounds: tuple[float, float] = RATE
+) -> tuple[float, float]:
+    """95% interval of the mean over tasks' values, resampling tasks (seeds kept together);
+    widened like ``crossed_bootstrap``'s where every value is equal."""
     keys = sorted(values)
     if not keys:
         return 0.0, 1.0
@@ -123,7 +147,9 @@ def cluster_bootstrap(values: Mapping[str, Sequence[float]], seed: int = 0) -> t
     idx = rng.integers(0, len(keys), size=(BOOTSTRAP, len(keys)))
     means = sums[idx].sum(1) / counts[idx].sum(1)
     lo, hi = np.quantile(means, [0.025, 0.975])
-    return float(lo), float(hi)
+    return _never_degenerate(
+        float(lo), float(hi), float(sums.sum() / counts.sum()), len(keys), bounds
+    )
 
 
 def mode_summary(rows: Sequence[Mapping[str, Any]], mode: str) -> dict[str, Any] | None:
@@ -138,6 +164,12 @@ def mode_summary(rows: Sequence[Mapping[str, Any]], mode: str) -> dict[str, Any]
     per_seed = {
         str(s): float(np.mean([m[t][s] for t in m if s in m[t]])) for s in seeds
     }  # keyed by string: DVC metrics skip lists
+    # one seed's policy is a fixed artifact (the registered one is): its interval is over
+    # tasks only
+    per_seed_ci = {}
+    for s in seeds:
+        lo_s, hi_s = cluster_bootstrap({t: [m[t][s]] for t in m if s in m[t]}, seed=s)
+        per_seed_ci[str(s)] = {"ci_low": lo_s, "ci_high": hi_s}
     return {
         "success": float(np.mean(flat)),
         "ci_low": lo,
@@ -148,6 +180,7 @@ def mode_summary(rows: Sequence[Mapping[str, Any]], mode: str) -> dict[str, Any]
         "tasks": len(m),
         "seeds": len(seeds),
         "per_seed": per_seed,
+        "per_seed_ci": per_seed_ci,
     }
 
 
@@ -160,7 +193,7 @@ def paired_difference(
     diffs = {t: d for t, d in diffs.items() if d}
     if not diffs:
         return None
-    lo, hi = crossed_bootstrap(diffs, seed=1)
+    lo, hi = crossed_bootstrap(diffs, seed=1, bounds=DIFFERENCE)
     flat = [v for d in diffs.values() for v in d.values()]
     return {"diff": float(np.mean(flat)), "ci_low": lo, "ci_high": hi, "pairs": len(flat)}
 

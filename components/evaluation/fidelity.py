@@ -8,10 +8,11 @@ with what the real environment did:
   episode as a failure, so it is not a faithful transition. Reported with a 95% Wilson
   interval and per true-reward class (rewards are rare: ~5% are 1).
 - ``reward_accuracy`` (1 - eps_R) and ``success_f1`` (reward 1 is the positive class;
-  a malformed answer counts as predicting failure).
+  a malformed answer counts as predicting failure), beside "always the majority class"
+  and "every step wins" (``always_win_baseline_success_f1``).
 - ``invalid_action_accuracy``: on transitions whose action the real env rejected, the
   share where the model predicts an unchanged world (location, surroundings, inventory)
-  and reward 0.
+  and reward 0 ("nothing changes" scores 1.0 on it by construction).
 - next state: exact match after normalisation (``state_exact_match``), token F1
   (``state_soft_match``), and ``eps_P``: the total-variation distance between the
   predicted and the real next-state distributions over a fixed bucketing of states
@@ -208,10 +209,14 @@ def _contract_metrics(rows: Sequence[dict[str, Any]], out: dict[str, Any]) -> di
     scores = [r["win_score"] for r in rows if r.get("win_score") is not None]
     invalid = [r for r in rows if not r.get("valid_true", True)]
     invalid_ok = sum(1 for r in invalid if r["pred_unchanged"] and r["reward_pred"] == 0)
+    wins = tp + fn
     return {
         "n_transitions": len(rows),
         "reward_accuracy": 1 - out["eps_R"],
         "success_f1": 2 * tp / (2 * tp + fp + fn) if tp + fp + fn else 1.0,
+        # trivial baseline of success F1: "every step wins" (tp = wins, fp = the rest);
+        # "no step wins" scores 0
+        "always_win_baseline_success_f1": 2 * wins / (len(rows) + wins) if rows else 0.0,
         "success_precision": tp / (tp + fp) if tp + fp else 0.0,
         "success_recall": tp / (tp + fn) if tp + fn else 0.0,
         "success_auc": auc(scores, [r["reward_true"] for r in rows])
@@ -219,6 +224,8 @@ def _contract_metrics(rows: Sequence[dict[str, Any]], out: dict[str, Any]) -> di
         else None,
         "n_invalid_actions": len(invalid),
         "invalid_action_accuracy": invalid_ok / len(invalid) if invalid else None,
+        # "nothing changes" is right on every rejected action by construction
+        "copy_baseline_invalid_action_accuracy": 1.0 if invalid else None,
         "state_soft_match": out["state_token_f1"],
         "eps_P": total_variation(
             [r["bucket_pred"] for r in rows], [r["bucket_true"] for r in rows]

@@ -27,6 +27,7 @@ FIDELITY_KEYS = {
     "reward_acc": "reward_accuracy",
     "reward_acc_majority": "majority_baseline_reward_accuracy",
     "success_f1": "success_f1",
+    "success_f1_always_win": "always_win_baseline_success_f1",
     "state_f1": "state_token_f1",
     "state_f1_nochange": "copy_baseline_state_token_f1",
     "commands_f1": "admissible_f1",

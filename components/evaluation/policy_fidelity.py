@@ -86,10 +86,10 @@ def _rate(values: Mapping[str, float]) -> dict[str, Any]:
 
 def _paired(a: Mapping[str, float], b: Mapping[str, float], seed: int) -> dict[str, Any]:
     """Mean of a - b over shared tasks with a 95% bootstrap interval over tasks."""
-    from components.agent.table1 import cluster_bootstrap
+    from components.agent.table1 import DIFFERENCE, cluster_bootstrap
 
     diffs = {t: [a[t] - b[t]] for t in a if t in b}
-    lo, hi = cluster_bootstrap(diffs, seed=seed)
+    lo, hi = cluster_bootstrap(diffs, seed=seed, bounds=DIFFERENCE)
     mean = float(np.mean([d[0] for d in diffs.values()])) if diffs else 0.0
     return {"diff": mean, "ci_low": lo, "ci_high": hi, "tasks": len(diffs)}
 

@@ -30,7 +30,7 @@ with an ``ablation`` tag and no alias (``registry_target``), and are never promo
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -274,23 +274,41 @@ def _measured_elsewhere(cand: Mapping[str, str], champ: Mapping[str, str]) -> st
     return None
 
 
-def best_method(rows: Mapping[str, Any]) -> str | None:
-    """The trained method with the highest held-out success in a Table-1 section."""
-    scored = {
-        m: float(r["success"])
-        for m, r in rows.items()
-        if m != RANDOM_METHOD and isinstance(r, Mapping) and r.get("success") is not None
-    }
+SeedOf = Callable[[str], int]  # method -> the training seed whose policy is registered
+
+
+def _registered_figures(row: Mapping[str, Any], seed: int | None) -> tuple[Any, Any, Any]:
+    """(success, ci_low, ci_high) of the registered seed's policy where the row has them
+    (``per_seed``, ``per_seed_ci``), else the method's figures over all its seeds."""
+    if seed is not None:
+        success = (row.get("per_seed") or {}).get(str(seed))
+        ci = (row.get("per_seed_ci") or {}).get(str(seed)) or {}
+        if success is not None and ci.get("ci_low") is not None:
+            return success, ci["ci_low"], ci.get("ci_high")
+    return row.get("success"), row.get("ci_low"), row.get("ci_high")
+
+
+def best_method(rows: Mapping[str, Any], seed_of: SeedOf | None = None) -> str | None:
+    """The trained method with the highest held-out success in a Table-1 section (of the
+    policy registered for it, where ``seed_of`` names its seed)."""
+    held_out = _held_out_rows(rows, seed_of)
+    scored = {m: h.value for m, h in held_out.items()}
     return max(sorted(scored), key=lambda m: scored[m]) if scored else None
 
 
-def _held_out_rows(rows: Mapping[str, Any]) -> dict[str, HeldOutMetric]:
-    """Each trained method's held-out success in a Table-1 section (its CI widened to hold it)."""
+def _held_out_rows(
+    rows: Mapping[str, Any], seed_of: SeedOf | None = None
+) -> dict[str, HeldOutMetric]:
+    """Each trained method's held-out success in a Table-1 section (its CI widened to hold
+    it). The version behind ``policy@<method>`` is one seed's policy (``seed_of``): its
+    own figures, not the mean over seeds, are what it is tagged and ranked with."""
     out = {}
     for method, row in rows.items():
         if method == RANDOM_METHOD or not isinstance(row, Mapping) or row.get("success") is None:
             continue
-        success, low, high = float(row["success"]), row.get("ci_low"), row.get("ci_high")
+        seed = seed_of(method) if seed_of is not None else None
+        success, low, high = _registered_figures(row, seed)
+        success = float(success)
         has_ci = low is not None and high is not None
         out[method] = HeldOutMetric(
             success,
@@ -309,6 +327,7 @@ def apply_policy_promotion(
     name: str = "policy",
     env: str | None = None,
     ablation: str | None = None,
+    seed_of: SeedOf | None = None,
 ) -> Decision:
     """``policy@champion`` from Table 1: the best held-out success, above random.
 
@@ -318,6 +337,8 @@ def apply_policy_promotion(
     random policy's as tags, then the promotion rule runs with the success floor.
     ``ablation``: the run's ablation switches that are on (``ablation_of``); such a run's
     Table 1 never tags or promotes a version (its method aliases are a normal run's).
+    ``seed_of``: the training seed whose policy each method registered (None: rank and
+    tag on the mean over seeds).
     """
     from components import tracking
 
@@ -331,7 +352,7 @@ def apply_policy_promotion(
     if env not in envs:
         return Decision(False, f"no {env} section in table1 (it has {envs})")
     rows = table1[env]
-    method = best_method(rows)
+    method = best_method(rows, seed_of)
     if method is None:
         return Decision(False, "no evaluated policy in table1")
     random_row = rows.get(RANDOM_METHOD)
@@ -344,7 +365,7 @@ def apply_policy_promotion(
     baseline = baseline_tags(POLICY_METRIC, float(random_row["success"]))
     tagged = {
         m: tracking.tag_model_alias(name, m, {**metric_tags(POLICY_METRIC, held_out), **baseline})
-        for m, held_out in _held_out_rows(rows).items()
+        for m, held_out in _held_out_rows(rows, seed_of).items()
     }
     if tagged.get(method) is None:
         return Decision(False, f"no {name}@{method} registered")

@@ -101,6 +101,11 @@ def _fidelity_variants(fid: Any) -> dict[str, dict[str, Any]]:
     return {k: v for k, v in fid.items() if isinstance(v, dict) and not k.startswith("_")}
 
 
+def _one_minus(x: Any) -> float | None:
+    """1 - x, or None when x is missing (an accuracy as an error rate)."""
+    return None if x is None else 1.0 - float(x)
+
+
 def _fidelity_section(inp: _Inputs, out_dir: Path, cfg: ReportConfig, plots: list[Path]) -> str:
     out = ["## Experience-model fidelity (held-out real transitions)\n\n"]
     variants = _fidelity_variants(inp.get("fidelity.json"))
@@ -117,15 +122,27 @@ def _fidelity_section(inp: _Inputs, out_dir: Path, cfg: ReportConfig, plots: lis
                 _num(m.get("n")),
                 _num(m.get("eps_R")),
                 ci,
+                _num(_one_minus(m.get("majority_baseline_reward_accuracy"))),
+                _num(m.get("success_f1")),
+                _num(m.get("always_win_baseline_success_f1")),
                 _num(m.get("state_exact_match")),
+                _num(m.get("copy_baseline_state_exact_match")),
                 _num(m.get("state_token_f1")),
-                _num(m.get("malformed_rate")),
                 _num(m.get("copy_baseline_state_token_f1")),
+                _num(m.get("eps_P")),
+                _num(m.get("copy_baseline_eps_P")),
+                _num(m.get("malformed_rate")),
             ]
         )
-    header = ["variant", "n", "eps_R", "95% CI", "state EM", "state F1", "malformed", "copy F1"]
+    header = ["variant", "n", "eps_R", "95% CI", "eps_R majority", "success F1"]
+    header += ["F1 always-win", "state EM", "EM copy", "state F1", "F1 copy", "eps_P"]
+    header += ["eps_P copy", "malformed"]
     out.append(_table(header, rows))
-    out.append("\neps_R: share of wrong rewards (malformed answers count as wrong).\n")
+    out.append(
+        "\neps_R: share of wrong rewards (malformed answers count as wrong). Each figure sits"
+        " beside its trivial baseline: always the majority reward, every step a win, and"
+        ' "nothing changes" (copy the current state).\n'
+    )
     png = _bar_plot(
         out_dir / FIDELITY_PNG,
         "Experience-model fidelity by variant",
@@ -146,7 +163,9 @@ def _judge_section(inp: _Inputs, out_dir: Path, cfg: ReportConfig, plots: list[P
     out = ["## Judge of synthetic trajectories (0-2, higher is better)\n\n"]
     judge = inp.get("judge.json")
     variants = (
-        {k: v for k, v in judge.items() if isinstance(v, dict)} if isinstance(judge, dict) else {}
+        {k: v for k, v in judge.items() if isinstance(v, dict) and not k.startswith("_")}
+        if isinstance(judge, dict)
+        else {}
     )
     if not variants:
         return out[0] + inp.missing("judge.json")
@@ -188,7 +207,7 @@ def _drift_rows(drift: Any, prefix: str = "") -> dict[str, dict[str, Any]]:
         return {}
     rows: dict[str, dict[str, Any]] = {}
     for key, value in body.items():
-        if not isinstance(value, dict):
+        if not isinstance(value, dict) or key.startswith("_"):  # _provenance
             continue
         if "drift_share" in value:
             rows[f"{prefix}{key}"] = value

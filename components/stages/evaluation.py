@@ -124,7 +124,7 @@ def judge(cfg: Config, paths: Paths) -> dict[str, Any]:
     from components.envs import make_env
     from components.evaluation.judge import compare_variants, make_judge, run_judge
     from components.stages.experience import evaluable_variants
-    from components.tracking import stage_run
+    from components.tracking import run_provenance, stage_run
 
     _require_trajectories(paths)
     if not paths.tasks_file.exists():
@@ -171,6 +171,7 @@ def judge(cfg: Config, paths: Paths) -> dict[str, Any]:
             table[variant].update(extra)
         run.log_text(markdown, "judge/variants.md")
         run.log_metrics({f"{v}.{k}": x for v, m in table.items() for k, x in numbers(m).items()})
+    table["_provenance"] = run_provenance(paths.root, cfg.profile, cfg.env.name)
     write_json(paths.metrics / JUDGE_METRICS, table)
     log.info("judge:\n%s", markdown)
     return table
@@ -191,7 +192,7 @@ def drift(cfg: Config, paths: Paths) -> dict[str, Any]:
         drift_metrics,
         index_html,
     )
-    from components.tracking import stage_run
+    from components.tracking import run_provenance, stage_run
 
     _require_trajectories(paths)
     files = sorted(synthetic_dir(paths).glob("*.jsonl"))
@@ -235,7 +236,10 @@ def drift(cfg: Config, paths: Paths) -> dict[str, Any]:
         run.log_metrics(metrics)  # per run and iteration: drift_share, n_drifted (numbers)
         flagged = ",".join(k for k, m in metrics.items() if m["drifted"])
         run.set_tags({"drift.flagged": flagged or "none"})
-    write_json(paths.metrics / DRIFT_METRICS, metrics)
+    write_json(
+        paths.metrics / DRIFT_METRICS,
+        {**metrics, "_provenance": run_provenance(paths.root, cfg.profile, cfg.env.name)},
+    )
     flagged = [k for k, m in metrics.items() if m["drifted"]]
     log.info("drift: %s", f"flagged for {flagged}" if flagged else "no drift flagged")
     return metrics

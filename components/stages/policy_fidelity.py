@@ -153,7 +153,8 @@ def policy_fidelity(cfg: Config, paths: Paths) -> dict[str, Any]:
     from components.tracking import run_provenance, stage_run
 
     pf = cfg.policy_fidelity
-    seed = cfg.agent.seeds[0]  # one policy per method: the first training seed's
+    # one policy per method: the first seed it trained (PPO's may differ from agent.seeds)
+    seeds = {method: cfg.seeds_of(method)[0] for method in pf.methods}
     rows: list[dict[str, Any]] = []
     real_steps = replay_steps = 0
     data = {"tasks": paths.tasks_file}
@@ -170,7 +171,7 @@ def policy_fidelity(cfg: Config, paths: Paths) -> dict[str, Any]:
         real = EnvList(factory=env_factory(cfg.env, paths.root))
         try:
             for method in pf.methods:
-                policy = load_policy(policy_dir(paths, method, seed), cfg.agent)
+                policy = load_policy(policy_dir(paths, method, seeds[method]), cfg.agent)
                 for side, venv, chunk in (
                     (DREAM, venv_dream, len(games)),
                     (REAL, real, cfg.agent.eval.parallel_envs),
@@ -200,7 +201,7 @@ def policy_fidelity(cfg: Config, paths: Paths) -> dict[str, Any]:
         doc |= {
             "games": len(games),
             "passes": pf.passes,
-            "policy_seed": seed,
+            "policy_seeds": seeds,
             "real_steps": real_steps,
             "replay_steps": replay_steps,  # open loop: the dreamt episodes' actions, real env
             "max_steps": {DREAM: cfg.synthetic.max_steps, REAL: cfg.env.max_steps},

@@ -57,6 +57,7 @@ def promote_policy(cfg: Config, paths: Paths) -> Decision:
         name=REGISTERED_MODEL,
         env=cfg.env.name,
         ablation=ablation_of(cfg.ablation.model_dump()),
+        seed_of=lambda method: cfg.seeds_of(method)[0],  # the seed each stage registers
     )
     log.info("promotion of %s: %s", REGISTERED_MODEL, decision)
     return decision

@@ -10,6 +10,7 @@ import pytest
 from components.agent.evaluate import EpisodeRecord, EvalResult, held_out_tasks
 from components.agent.table1 import (
     CROSSED,
+    DIFFERENCE,
     METHODS,
     TASKS_ONLY,
     build_table,
@@ -98,7 +99,8 @@ def test_cluster_bootstrap_keeps_a_tasks_seeds_together_and_brackets_the_mean():
     values = {f"t{i}": [1.0, 1.0] if i < 6 else [0.0, 0.0] for i in range(10)}
     lo, hi = cluster_bootstrap(values)
     assert lo < 0.6 < hi and lo >= 0 and hi <= 1
-    assert cluster_bootstrap({"t": [1.0, 1.0]}) == (1.0, 1.0)
+    lo, hi = cluster_bootstrap({"t": [1.0, 1.0]})
+    assert hi == 1.0 and lo == pytest.approx(0.21, abs=0.01)  # one task: 1/1 is weak evidence
     assert cluster_bootstrap({}) == (0.0, 1.0)  # nothing measured: the widest interval
 
 
@@ -116,8 +118,25 @@ def test_crossed_bootstrap_widens_the_interval_when_training_seeds_disagree():
         cluster_bootstrap({t: [v[0]] for t, v in cells.items()}), abs=0.05
     )
     # a missing (task, seed) cell is skipped, never counted as a failure
-    assert crossed_bootstrap({"a": {0: 1.0}, "b": {1: 1.0}}) == (1.0, 1.0)
+    lo, hi = crossed_bootstrap({"a": {0: 1.0}, "b": {1: 1.0}})
+    assert hi == 1.0 and lo == pytest.approx(1 - 3.84 / 5.84, abs=0.01)
     assert crossed_bootstrap({}) == (0.0, 1.0)
+
+
+def test_an_interval_never_collapses_when_every_task_scores_the_same():
+    """0 of 101 games won is not "exactly 0": the bootstrap's zero-width interval is
+    widened to the Wilson bound over games (~3.8 / n), for rates and for differences."""
+    lost = {f"t{i}": {s: 0.0 for s in range(3)} for i in range(101)}
+    won = {t: {s: 1.0 for s in v} for t, v in lost.items()}
+    u = 1.96**2 / (101 + 1.96**2)
+    assert crossed_bootstrap(lost) == pytest.approx((0.0, u), abs=1e-3)
+    assert crossed_bootstrap(won) == pytest.approx((1.0 - u, 1.0), abs=1e-3)
+    assert crossed_bootstrap(lost, bounds=DIFFERENCE) == pytest.approx((-u, u), abs=1e-3)
+    assert cluster_bootstrap({t: list(v.values()) for t, v in won.items()}) == pytest.approx(
+        (1.0 - u, 1.0), abs=1e-3
+    )
+    same = paired_difference(_rows([0, 0, 0, 0]), _rows([0, 0, 0, 0]))
+    assert same is not None and same["ci_low"] < 0 < same["ci_high"]
 
 
 def test_paired_difference_subtracts_the_same_task_and_seed():
@@ -137,6 +156,9 @@ def test_evaluation_passes_are_averaged_per_task_and_seed():
     # (task, seed) means: t0 {0: 1, 1: 0}, t1 {0: .5, 1: 0}
     assert head["success"] == pytest.approx(1.5 / 4)
     assert head["per_seed"] == {"0": 0.75, "1": 0.0}
+    # each seed's own interval, over tasks (seed 1 lost everywhere: never zero-width)
+    assert head["per_seed_ci"]["0"]["ci_low"] <= 0.75 <= head["per_seed_ci"]["0"]["ci_high"]
+    assert head["per_seed_ci"]["1"]["ci_low"] == 0.0 < head["per_seed_ci"]["1"]["ci_high"]
     diff = paired_difference(rows, _rows([0, 0]) + _rows([0, 0], seed=1))
     assert diff["pairs"] == 4 and diff["diff"] == pytest.approx(1.5 / 4)
 
@@ -270,6 +292,11 @@ def test_stages_train_evaluate_and_tabulate_the_baselines(agent_tw_suite, tmp_pa
     dpo_version = client.get_model_version_by_alias(REGISTERED_MODEL, "dpo")
     assert dpo_version.version != sft_version.version
     assert sft_version.tags["eval.episodes"] == str(n_test)
+    # the version is one seed's policy: its own success beside the method's
+    seed = str(cfg.seeds_of("sft")[0])
+    assert float(sft_version.tags["eval.version_success"]) == pytest.approx(
+        rows["sft"]["per_seed"][seed], abs=1e-4
+    )
 
 
 def test_table1_keeps_the_other_envs_rows_with_their_provenance():

@@ -208,8 +208,12 @@ def test_report_judge_and_drift_are_written(ran: Path):
     judge = json.loads((ran / "metrics" / "judge.json").read_text())
     assert "full" in judge  # the pipeline trains the full model (ablations: dvc exp run)
     drift = json.loads((ran / "metrics" / "drift.json").read_text())
-    assert set(drift) == {"dreamgym_grpo", "dreamgym_ppo"}
-    for run in drift.values():  # the ci model may answer nothing parseable: then no iteration
+    assert set(drift) == {"dreamgym_grpo", "dreamgym_ppo", "_provenance"}
+    for metrics in (judge, drift):  # where every figure came from, as in table1.json
+        assert metrics["_provenance"]["profile"] == "ci" and metrics["_provenance"]["git_commit"]
+    for run in (
+        v for k, v in drift.items() if not k.startswith("_")
+    ):  # the ci model may answer nothing parseable: then no iteration
         iterations = [v for k, v in run.items() if k.startswith("iter_")]
         assert isinstance(run["drifted"], bool) and (iterations or run["n_synthetic"] == 0)
         assert all(0.0 <= it["drift_share"] <= 1.0 for it in iterations)

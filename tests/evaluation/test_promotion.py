@@ -173,6 +173,35 @@ def test_best_method_ignores_random_and_missing_success():
     assert best_method({"random": {"success": 0.2}}) is None
 
 
+def test_a_method_is_ranked_and_tagged_with_its_registered_seeds_figures():
+    """``policy@<method>`` is one seed's policy: the mean over seeds ranked a method whose
+    registered policy scored lower than another's (MiniWoB++'s S2R vs DreamGym GRPO)."""
+    from components.evaluation.promotion import _held_out_rows
+
+    def row(mean: float, seed0: float) -> dict:
+        ci = {"0": {"ci_low": seed0 - 0.03, "ci_high": seed0 + 0.03}}
+        return {
+            "success": mean,
+            "ci_low": mean - 0.05,
+            "ci_high": mean + 0.05,
+            "per_seed": {"0": seed0, "1": 2 * mean - seed0},
+            "per_seed_ci": ci,
+        }
+
+    rows = {
+        "random": {"success": 0.2},
+        "s2r_grpo": row(0.925, 0.917),
+        "dreamgym_grpo": row(0.908, 0.933),
+    }
+    assert best_method(rows) == "s2r_grpo"  # no seed named: the mean over seeds
+    assert best_method(rows, lambda m: 0) == "dreamgym_grpo"
+    held = _held_out_rows(rows, lambda m: 0)["dreamgym_grpo"]
+    assert (held.value, held.ci_low, held.ci_high) == pytest.approx((0.933, 0.903, 0.963))
+    # a table without per-seed intervals (archived before them): the mean's figures
+    old = {m: {k: v for k, v in r.items() if k != "per_seed_ci"} for m, r in rows.items()}
+    assert _held_out_rows(old, lambda m: 0)["dreamgym_grpo"].value == 0.908
+
+
 def _ci_config_and_model(tmp_path: Path) -> tuple[Config, Path]:
     """The ci profile's config and a stand-in model folder to register."""
     model_dir = tmp_path / "model"

@@ -47,6 +47,9 @@ def test_metrics_on_known_predictions(train_examples):
     assert summary["eps_R_ci95_low"] < 0.5 < summary["eps_R_ci95_high"]
     assert summary["malformed_reasons"] == {"unclosed <state>": 1}
     assert summary["n_reward_0"] + summary["n_reward_1"] == 4
+    # success F1 beside "every step wins": 2w / (n + w) with w true wins
+    w = summary["n_reward_1"]
+    assert summary["always_win_baseline_success_f1"] == pytest.approx(2 * w / (4 + w))
 
 
 def test_reasoning_free_answers_are_parsed_without_think(train_examples):
