@@ -46,7 +46,12 @@ app = DreamgymTyper(
     add_completion=False,
 )
 
-ParamsOpt = Annotated[Path, typer.Option("--params", help="params file with sections and profiles")]
+ParamsOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--params", help="params file with sections and profiles (default: <root>/params.yaml)"
+    ),
+]
 ProfileOpt = Annotated[
     str | None,
     typer.Option("--profile", help="override the profile named in params.yaml (ci, cpu, gpu)"),
@@ -54,12 +59,13 @@ ProfileOpt = Annotated[
 RootOpt = Annotated[Path, typer.Option("--root", help="project root (data/, mlflow.db ...)")]
 
 
-def _setup(params: Path, profile: str | None, root: Path) -> tuple[Config, Paths]:
+def _setup(params: Path | None, profile: str | None, root: Path) -> tuple[Config, Paths]:
     with _errors():
         if not root.is_dir():  # a typo would get a new project (mlflow.db, data/) there
             raise ConfigError(f"--root {root}: no such folder (the project root)")
         offline_and_quiet()
-        cfg = load_config(params, profile)
+        # --root alone: that project's own params, not the ones of the current folder
+        cfg = load_config(root / PARAMS_FILE if params is None else params, profile)
     return cfg, Paths(root.resolve())
 
 
@@ -239,7 +245,7 @@ STAGES: tuple[Stage, ...] = (
     ),
     Stage(
         "collect",
-        "data:collect",
+        "collect:collect",
         "Collect real trajectories (expert / noisy / random); resumable after interruption.",
     ),
     Stage(
@@ -388,7 +394,7 @@ def _check(param: Param, value: Any) -> None:
 
 
 _COMMON = (  # name, annotation, default of the options every stage takes
-    ("params", ParamsOpt, Path(PARAMS_FILE)),
+    ("params", ParamsOpt, None),
     ("profile", ProfileOpt, None),
     ("root", RootOpt, Path(".")),
 )
@@ -451,7 +457,7 @@ def _options(
 
 @app.command("config")
 def show_config(
-    params: ParamsOpt = Path(PARAMS_FILE), profile: ProfileOpt = None, root: RootOpt = Path(".")
+    params: ParamsOpt = None, profile: ProfileOpt = None, root: RootOpt = Path(".")
 ) -> None:
     """Print the resolved configuration of the active profile (validates params.yaml)."""
     cfg, _ = _setup(params, profile, root)

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from prefect import flow, get_run_logger
 
-from components.config import PARAMS_FILE, ConfigError
+from components.config import PARAMS_FILE, ConfigError, load_config
 from components.tracking import pipeline_run
 from flows.cli import one_line_errors
 from flows.stages import DVC_FILE, family_stages, run_stages, stage_order, with_upstream
@@ -145,8 +145,9 @@ def main(argv: list[str] | None = None) -> list[str]:
     """``python -m flows.pipeline [--stage S ...] [--force] [--no-promote] [--root R]``
 
     The ``pipeline`` flow in this process (ephemeral Prefect server unless
-    ``PREFECT_API_URL`` is set). A missing dvc.yaml or an unknown stage ends it with one
-    ``error:`` line and exit code 2 before any Prefect run (flows/cli.py)."""
+    ``PREFECT_API_URL`` is set). A missing dvc.yaml, an unknown stage or an invalid
+    params.yaml ends it with one ``error:`` line and exit code 2 before any Prefect run
+    (flows/cli.py)."""
     parser = argparse.ArgumentParser(
         prog="python -m flows.pipeline",
         description="Run the DVC stages (default: all) in dependency order as Prefect tasks, "
@@ -173,6 +174,9 @@ def main(argv: list[str] | None = None) -> list[str]:
         unknown = sorted(set(args.stage or ()) - set(known))
         if unknown:
             raise ConfigError(f"unknown stages {unknown}; dvc.yaml has {known}")
+        # a bad params.yaml fails here in one line, not in the first stage of a started
+        # Prefect server and MLflow run (flows/envs.py does the same)
+        load_config(root / PARAMS_FILE)
         return pipeline(
             root=str(root), stages=args.stage, force=args.force, promote=not args.no_promote
         )

@@ -220,8 +220,10 @@ def make_embedder(cfg: BufferConfig, device: str | None = None) -> Embedder:
     if cfg.embedder == "wordllama":
         return WordLlamaEmbedder(batch_size=cfg.batch_size)
     if cfg.embedder == "sentence-transformers":
-        if not cfg.model_name:
-            raise ValueError("buffer.embedder=sentence-transformers needs buffer.model_name")
+        if not cfg.model_name:  # BufferConfig refuses it; a config built by hand may not
+            from components.config import ConfigError
+
+            raise ConfigError("buffer.embedder=sentence-transformers needs buffer.model_name")
         return SentenceTransformerEmbedder(
             cfg.model_name,
             name=f"sentence-transformers:{cfg.model_name}",

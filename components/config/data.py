@@ -271,6 +271,12 @@ class BufferConfig(_Section):
         5_000, ge=256, description="build an ANN index from this many rows; exact below"
     )
 
+    @model_validator(mode="after")
+    def _model_named(self) -> BufferConfig:
+        if self.embedder == "sentence-transformers" and not self.model_name:
+            raise ValueError("embedder sentence-transformers needs model_name (a model or path)")
+        return self
+
 
 class TeacherConfig(_Section):
     """Teacher annotation of every transition with a reasoning trace."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from components.config.base import Seed, _Section
 
@@ -62,6 +62,27 @@ class JudgeConfig(_Section):
         return self
 
 
+def evidently_stat_test_problem(name: str, kind: Literal["num", "cat"]) -> str | None:
+    """Why ``name`` is no Evidently stat test of ``kind`` columns; None if it is one.
+
+    Evidently's registry is imported here, only when a method is named (it takes seconds).
+    """
+    try:
+        import evidently.legacy.calculations.stattests  # noqa: F401  (registers the tests)
+        from evidently.legacy.calculations.stattests import registry
+        from evidently.legacy.core import ColumnType
+    except ImportError:  # another Evidently layout: the drift stage reports it
+        return None
+    try:
+        registry.get_registered_stattest(name, ColumnType(kind))
+    except ValueError:  # StatTestNotFoundError, StatTestInvalidFeatureTypeError
+        tests = getattr(registry, "_registered_stat_tests", {})
+        known = sorted(t for t, types in tests.items() if ColumnType(kind) in types)
+        what = "numerical" if kind == "num" else "categorical"
+        return f"{name!r} is no Evidently stat test for {what} columns; known: {known}"
+    return None
+
+
 class DriftConfig(_Section):
     """Drift of synthetic from real transitions (Evidently), per co-evolution iteration."""
 
@@ -85,6 +106,17 @@ class DriftConfig(_Section):
     workers: int = Field(
         2, ge=1, description="processes running the per-iteration Evidently reports (same results)"
     )
+
+    @field_validator("num_method", "cat_method")
+    @classmethod
+    def _known_stat_test(cls, name: str | None, info: ValidationInfo) -> str | None:
+        # a typo failed only in the drift stage, with Evidently's StatTestNotFoundError
+        if name is not None:
+            kind = "num" if info.field_name == "num_method" else "cat"
+            problem = evidently_stat_test_problem(name, kind)
+            if problem:
+                raise ValueError(problem)
+        return name
 
 
 class ReportConfig(_Section):

@@ -87,6 +87,19 @@ class Config(_Section):
                 )
         return self
 
+    @model_validator(mode="after")
+    def _sft_coef_needs_the_scorer(self) -> Config:
+        # the behaviour-cloning term is the scorer's loss: an LM policy failed at RL's start
+        if self.agent.policy != "scorer":
+            for algo in ("grpo", "ppo"):
+                coef = getattr(self.rl, algo).sft_coef
+                if coef > 0:
+                    raise ValueError(
+                        f"rl.{algo}.sft_coef {coef} > 0 needs agent.policy: scorer (got "
+                        f"{self.agent.policy!r}); set rl.{algo}.sft_coef: 0"
+                    )
+        return self
+
     def seeds_of(self, method: str) -> list[int]:
         """The training seeds of a Table-1 method (``<x>_grpo``/``grpo_real``: rl.grpo.seeds)."""
         for algo in ("grpo", "ppo"):
@@ -306,8 +319,15 @@ def _validate_other_envs(raw: dict[str, Any], path: Path, active_env: str) -> No
                 Config.model_validate(resolve_params(as_env, name))
             except ValidationError as err:
                 # only what the entry itself sets: the top level may hold what only the
-                # active env allows (env.reward: score), which this env never runs with
-                own = [e for e in err.errors() if _overlaps(tuple(map(str, e["loc"])), sets)]
+                # active env allows (env.reward: score), which this env never runs with.
+                # A cross-field rule (no loc) may pit the entry against such a top-level
+                # value (agent.policy: lm vs this env's sft_coef): it is checked when the
+                # env is the active one, before any stage runs.
+                own = [
+                    e
+                    for e in err.errors()
+                    if e["loc"] and _overlaps(tuple(map(str, e["loc"])), sets)
+                ]
                 if own:
                     where = f"{path}, env_overrides.{env}, profile '{name}'"
                     raise ConfigError(_format_errors(own, where)) from None

@@ -300,8 +300,13 @@ def evaluate_policy(cfg: Config, paths: Paths, method: str) -> dict[str, Any]:
                 f"no {method} policy for seeds {missing} under {policy_dir(paths, method)}: "
                 f"train `{method}` first"
             )
-    if not held_out_tasks(load_tasks(paths)):
-        raise ValueError("the task suite has no test split to evaluate on")
+    if not held_out_tasks(load_tasks(paths)):  # e.g. tasks.split leaves no test game
+        from components.io import InputError
+
+        raise InputError(
+            f"{paths.tasks_file} has no test split to evaluate on: regenerate the suite "
+            "(`dreamgym generate-tasks --force`) with test games"
+        )
     modes = [SAMPLED] + ([GREEDY] if cfg.agent.eval.greedy and method != RANDOM else [])
     # one job per seed plays all its modes on one set of loaded games (greedy episodes
     # mostly retrace sampled ones); a lone seed's modes split to keep two cores busy
@@ -343,12 +348,22 @@ def evaluate_policy(cfg: Config, paths: Paths, method: str) -> dict[str, Any]:
         run.log_dict(rows, f"eval/{method}_episodes.json")
         # an ablation run's policy is not behind policy@<method>: tag nothing there
         if method != RANDOM and ablation_of(cfg.ablation.model_dump()) is None:
+            # eval.success is the method's (all seeds); the version is seeds[0]'s policy,
+            # so its own figures go beside it
+            own = summary[SAMPLED]
+            ci = own["per_seed_ci"][str(seeds[0])]
             tag_model_alias(
                 REGISTERED_MODEL,
                 method,
                 alias_tags(
                     "eval", summary, ("success", "ci_low", "ci_high"), "episodes", run.run_id
-                ),
+                )
+                | {
+                    "eval.version_seed": seeds[0],
+                    "eval.version_success": round(own["per_seed"][str(seeds[0])], 4),
+                    "eval.version_ci_low": round(ci["ci_low"], 4),
+                    "eval.version_ci_high": round(ci["ci_high"], 4),
+                },
             )
     out = episodes_file(paths, method)
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -313,7 +313,9 @@ def _demo_loss(paths: Paths, policy: Any, algo_cfg: Any, seed: int) -> Any:
     from components.agent.scorer_training import demo_loss_fn, expert_steps
 
     if not isinstance(policy, ScorerPolicy):
-        raise ValueError("rl.<algo>.sft_coef > 0 needs agent.policy: scorer")
+        from components.config import ConfigError  # load_config refuses it already
+
+        raise ConfigError("rl.<algo>.sft_coef > 0 needs agent.policy: scorer")
     demos, _ = expert_steps(read_jsonl(paths.trajectories_file, Trajectory))
     return demo_loss_fn(policy, demos, algo_cfg.sft_batch_size, seed_int(algo_cfg.seed, seed))
 

@@ -114,7 +114,8 @@ def measure_run(
 
     t1 = cfg.theorem1
     method = dreamgym_method(algo)
-    seed = cfg.agent.seeds[0]  # one run is measured: the first training seed's
+    # one run is measured: the first seed the method trained (rl.<algo>.seeds may be a subset)
+    seed = cfg.seeds_of(method)[0]
     history = [r for r in read_history(history_file(paths, method)) if r.get("seed", seed) == seed]
     if not history:
         raise FileNotFoundError(f"no training history of {method}: run train_dreamgym")
@@ -178,7 +179,7 @@ def theorem1(cfg: Config, paths: Paths) -> dict[str, Any]:
     from components.artifacts import dreamgym_method
     from components.evaluation.theorem1 import FORMULA, PNG_NAME, plot_runs, summarize
     from components.stages.parallel import run_jobs
-    from components.tracking import stage_run
+    from components.tracking import run_provenance, stage_run
 
     doc: dict[str, Any] = {"formula": FORMULA, "runs": {}}
     records_by_run: dict[str, list[Any]] = {}
@@ -203,6 +204,8 @@ def theorem1(cfg: Config, paths: Paths) -> dict[str, Any]:
             if png is not None:
                 run.log_artifact(png, "theorem1")
         run.log_dict(doc, "theorem1/theorem1.json")
+    # which run the terms are of (as metrics/fidelity.json and table1.json record theirs)
+    doc["_provenance"] = run_provenance(paths.root, cfg.profile, cfg.env.name)
     write_json(paths.metrics / THEOREM1_METRICS, doc)
     for method, r in doc["runs"].items():
         log.info(

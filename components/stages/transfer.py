@@ -58,7 +58,7 @@ def source_env(source: Paths) -> str:
         raise FileNotFoundError(f"{source.tasks_file} missing: is {source.root} a project?")
     envs = {t.env for t in load_tasks(source)}
     if len(envs) != 1:
-        raise ValueError(f"{source.tasks_file}: expected one env, found {sorted(envs)}")
+        raise InputError(f"{source.tasks_file}: expected one env, found {sorted(envs)}")
     return envs.pop()
 
 
@@ -126,6 +126,21 @@ def s2r_reward(cfg: Config, reward: str | None) -> str:
     return reward
 
 
+def _previous(out: Path) -> dict[str, Any]:
+    """The other directions' entries of ``out`` (a JSON object), read before any work."""
+    if out.is_dir():
+        raise InputError(f"--out {out} is a folder: name the JSON file to update")
+    if not out.exists():
+        return {}
+    try:
+        doc = json.loads(out.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as err:  # never drop the other directions silently
+        raise InputError(f"--out {out}: not valid JSON ({err}); fix or delete it") from None
+    if not isinstance(doc, dict):
+        raise InputError(f"--out {out}: not a JSON object of directions; fix or delete it")
+    return doc
+
+
 def transfer(
     cfg: Config,
     paths: Paths,
@@ -142,10 +157,12 @@ def transfer(
     from components.stages.agent import eval_job
     from components.stages.data import load_tasks
     from components.stages.parallel import run_jobs
-    from components.tracking import git_commit, stage_run
+    from components.tracking import git_commit, run_provenance, stage_run
 
     start = time.perf_counter()
     s2r_mode = s2r_reward(cfg, reward)
+    out = Path(out) if out is not None else paths.metrics / TRANSFER_METRICS
+    _previous(out)  # a bad --out fails now, not after every seed has trained
     src = Paths(Path(source).resolve())
     src_env, dst_env = source_env(src), cfg.env.name
     key = f"{src_env}->{dst_env}"
@@ -156,12 +173,11 @@ def transfer(
     if missing:
         raise FileNotFoundError(f"no {dreamgym} policy for seeds {missing} under {src_dir}")
     if not held_out_tasks(load_tasks(paths)):
-        raise ValueError(f"{paths.tasks_file} has no test split to evaluate on")
+        raise InputError(f"{paths.tasks_file} has no test split to evaluate on")
     if src_env == dst_env:
         log.warning("source and target are both %s: this is not a cross-env transfer", dst_env)
     s2r_name = f"transfer_s2r_{algo}_from_{src_env}"
     zero_name = f"transfer_zero_shot_{algo}_from_{src_env}"
-    out = Path(out) if out is not None else paths.metrics / TRANSFER_METRICS
     episodes_dir = paths.data / TRANSFER_DATA / f"{src_env}-{dst_env}"
     workers = cfg.agent.workers
     with stage_run(
@@ -190,10 +206,10 @@ def transfer(
         }
         base = {"random": in_domain[RANDOM], "in_domain_dreamgym": in_domain[dreamgym]}
         s2r_summary = _summary(s2r_rows, {**base, "in_domain_s2r": in_domain[s2r_method(algo)]})
-        # the code that measured it (the projects' own runs: their table provenance below)
-        sha, dirty = git_commit(CODE_ROOT, params_ok=True)
-        if sha == "unknown":  # installed outside a checkout: the project's own commit
-            sha, dirty = git_commit(paths.root, params_ok=True)
+        # the code that measured it (outside a checkout: the project's own commit)
+        code_sha, code_dirty = git_commit(CODE_ROOT, params_ok=True)
+        if code_sha == "unknown":
+            code_sha, code_dirty = git_commit(paths.root, params_ok=True)
         entry: dict[str, Any] = {
             "source_env": src_env,
             "target_env": dst_env,
@@ -214,9 +230,11 @@ def transfer(
             "source_in_domain": {dreamgym: _source_success(src, src_env, dreamgym)},
             "eval_seconds": round(time.perf_counter() - start, 2),
             "_provenance": {
-                "git_commit": sha,
-                "dirty": dirty,
-                "profile": cfg.profile,
+                # the target project's run, as every metrics file records it (its params
+                # overrides included), and the code that ran
+                **run_provenance(paths.root, cfg.profile, dst_env),
+                "code_commit": code_sha,
+                "code_dirty": code_dirty,
                 "target_project": str(paths.root),
                 "source_project": str(src.root),
                 "target_table1": _table_provenance(paths, dst_env),
@@ -227,13 +245,8 @@ def transfer(
         for name, rows in ((ZERO_SHOT, zero_rows), (S2R_KEY, s2r_rows)):
             text = "".join(json.dumps(r, sort_keys=True) + "\n" for r in rows)
             atomic_write_text(episodes_dir / f"{name}.jsonl", text)
-        previous: dict[str, Any] = {}
-        if out.exists():
-            try:
-                previous = read_json(out)
-            except json.JSONDecodeError as err:  # never drop the other directions silently
-                raise ValueError(f"{out}: not valid JSON ({err}); fix or delete it") from err
-        write_json(out, {**previous, key: entry})
+        # read again: another direction may have been written since the check
+        write_json(out, {**_previous(out), key: entry})
         run.set_tags({"source_env": src_env, "target_env": dst_env})
         run.log_metrics({k: entry[k] or {} for k in (ZERO_SHOT, S2R_KEY)})
         run.log_dict(entry, f"transfer/{src_env}-{dst_env}.json")

@@ -76,6 +76,25 @@ def test_pipeline_refuses_an_unknown_stage_or_a_missing_dvc_yaml_in_one_line(
     assert sorted(p.name for p in tmp_path.iterdir()) == ["dvc.yaml"]
 
 
+def test_pipeline_refuses_a_bad_params_yaml_before_any_prefect_or_mlflow_run(
+    tmp_path: Path, capsys
+):
+    # it started a Prefect server and an MLflow run, then failed in the first stage
+    from flows.pipeline import main
+
+    shutil.copy2(ROOT / "dvc.yaml", tmp_path / "dvc.yaml")
+    (tmp_path / "params.yaml").write_text(
+        (ROOT / "params.yaml").read_text(encoding="utf-8").replace("seed: 0", "seed: -1", 1)
+    )
+    with pytest.raises(SystemExit) as exit_:
+        main(["--root", str(tmp_path)])
+    assert exit_.value.code == 2
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: invalid configuration (")
+    assert "seed: Input should be greater than or equal to 0" in lines[0]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["dvc.yaml", "params.yaml"]
+
+
 def test_envs_set_with_a_bad_yaml_value_is_a_usage_error(tmp_path: Path, capsys):
     from flows.envs import main
 

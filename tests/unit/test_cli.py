@@ -206,3 +206,34 @@ def test_a_root_that_does_not_exist_is_refused_before_anything_is_made(tmp_path)
         and out.stderr.strip() == f"error: --root {typo}: no such folder (the project root)"
     )
     assert not typo.exists()
+
+
+def test_root_alone_reads_that_projects_params(tmp_path: Path):
+    # --params defaulted to ./params.yaml: another project's run took this folder's params
+    from typer.testing import CliRunner
+
+    from components.cli import app
+
+    params = yaml_params(profile="ci")
+    (tmp_path / "params.yaml").write_text(params)
+    r = CliRunner().invoke(app, ["config", "--root", str(tmp_path)])
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.output)["profile"] == "ci"  # this checkout's params.yaml says cpu
+    r = CliRunner().invoke(app, ["config", "--root", str(tmp_path / "empty")])
+    assert r.exit_code == 2 and "no such folder" in r.output
+    (tmp_path / "empty").mkdir()
+    r = CliRunner().invoke(app, ["config", "--root", str(tmp_path / "empty")])
+    assert r.exit_code == 2
+    assert f"{tmp_path / 'empty' / 'params.yaml'} not found" in r.output
+    # --params still wins
+    r = CliRunner().invoke(
+        app, ["config", "--root", str(tmp_path), "--params", str(ROOT / "params.yaml")]
+    )
+    assert r.exit_code == 0 and json.loads(r.output)["profile"] == "cpu"
+
+
+def yaml_params(**top: str) -> str:
+    import yaml
+
+    raw = yaml.safe_load((ROOT / "params.yaml").read_text(encoding="utf-8"))
+    return yaml.safe_dump({**raw, **top})

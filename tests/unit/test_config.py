@@ -240,3 +240,53 @@ def test_the_defaults_check_catches_a_disagreement():
         "env.miniwob.seeds.test: class default 4, params 9",
         "rl.ppo.gamma: class default 0.99, params 0.5",
     ]
+
+
+def test_sft_coef_needs_the_scorer_policy_and_gpu_on_scienceworld_loads(tmp_path: Path):
+    # env_overrides.scienceworld sets rl.grpo.sft_coef 1.0; the gpu profile's LM policy has
+    # no behaviour-cloning term: RL failed at its start with a ValueError traceback
+    path = _write(
+        tmp_path, lambda r: r.update(profile="gpu") or r["env"].update(name="scienceworld")
+    )
+    cfg = load_config(path)
+    assert (cfg.agent.policy, cfg.rl.grpo.sft_coef, cfg.rl.ppo.sft_coef) == ("lm", 0.0, 0.0)
+    path = _write(
+        tmp_path,
+        lambda r: r["agent"].update(policy="lm") or r["env"].update(name="scienceworld"),
+    )
+    with pytest.raises(ConfigError, match=r"rl\.grpo\.sft_coef 1\.0 > 0 needs agent\.policy"):
+        load_config(path)
+
+
+def test_sentence_transformers_embedder_needs_a_model_name(tmp_path: Path):
+    path = _write(tmp_path, lambda r: r["buffer"].update(embedder="sentence-transformers"))
+    with pytest.raises(ConfigError, match=r"buffer: Value error, embedder sentence-transformers"):
+        load_config(path)
+    named = _write(
+        tmp_path,
+        lambda r: r["buffer"].update(embedder="sentence-transformers", model_name="some/model"),
+    )
+    assert load_config(named).buffer.model_name == "some/model"
+
+
+def test_a_drift_stat_test_typo_is_refused_at_load(tmp_path: Path):
+    # Evidently raised StatTestNotFoundError in the drift stage, after the pipeline ran
+    path = _write(tmp_path, lambda r: r["drift"].update(num_method="kss"))
+    with pytest.raises(ConfigError, match=r"drift\.num_method: .*'kss' is no Evidently.*'ks'"):
+        load_config(path)
+    path = _write(tmp_path, lambda r: r["drift"].update(cat_method="ks"))  # numerical only
+    with pytest.raises(ConfigError, match=r"drift\.cat_method: .*categorical columns"):
+        load_config(path)
+    path = _write(tmp_path, lambda r: r["drift"].update(num_method="wasserstein", cat_method="psi"))
+    assert load_config(path).drift.cat_method == "psi"
+
+
+def test_the_gpu_profile_collects_no_exploration_episode():
+    # its episodes mapping is merged key by key over the defaults' (explore: 2)
+    gpu = load_config(ROOT / "params.yaml", profile="gpu")
+    assert gpu.collect.episodes.get("explore", 0) == 0
+    assert {k: v for k, v in gpu.collect.episodes.items() if v} == {
+        "expert": 1,
+        "noisy": 6,
+        "random": 2,
+    }

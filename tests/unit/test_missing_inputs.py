@@ -55,3 +55,20 @@ def test_drift_without_synthetic_trajectories_names_train_dreamgym(tmp_path: Pat
         "run `dreamgym train-dreamgym`"
     ]
     assert not (tmp_path / "mlflow.db").exists()
+
+
+@pytest.mark.parametrize("command", [["evaluate-random"], ["evaluate-policy", "random"]])
+def test_evaluating_a_suite_without_a_test_split_is_one_line(tmp_path: Path, command):
+    # a ValueError once: a traceback for a suite generated with no test games
+    from components.schema import write_jsonl
+    from tests.factories import make_task
+
+    write_jsonl(tmp_path / TASKS, [make_task("tw-quest-0"), make_task("tw-quest-1")])
+    before = sorted(tmp_path.rglob("*"))
+    r = CliRunner().invoke(app, [*command, *COMMON, "--root", str(tmp_path)])
+    assert r.exit_code == EXIT_ERROR, r.output
+    assert r.output.splitlines() == [
+        f"error: {tmp_path / TASKS} has no test split to evaluate on: regenerate the suite "
+        "(`dreamgym generate-tasks --force`) with test games"
+    ]
+    assert sorted(tmp_path.rglob("*")) == before
