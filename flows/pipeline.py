@@ -90,14 +90,18 @@ def nightly_refresh(root: str = ".", fresh: bool = True) -> dict[str, object]:
 
     ``fresh`` bumps ``collect.round`` in params.yaml first, so DVC collects new real
     episodes (same tasks, new seeds) and reruns everything downstream of them; commit the
-    params.yaml + dvc.lock change to keep the refreshed data version.
+    params.yaml + dvc.lock change to keep the refreshed data version. A night that failed
+    leaves its round unfinished: the next one resumes it instead of bumping again (a bump
+    would drop the episodes it had collected).
     """
     root_path = Path(root).resolve()
     stages = [s for family in NIGHTLY_FAMILIES for s in family_stages(root_path, family)]
-    collect_round = bump_collect_round(root_path) if fresh else None
+    collect_round = night_round(root_path) if fresh else None
     if collect_round is not None:
         get_run_logger().info("collecting fresh real episodes: collect.round = %d", collect_round)
     _run("nightly-refresh", root, stages, force=False)
+    if collect_round is not None:
+        _write_night(root_path, collect_round, completed=True)
     decision = promote_experience_model(root_path)
     return {
         "stages": stages,
@@ -105,6 +109,37 @@ def nightly_refresh(root: str = ".", fresh: bool = True) -> dict[str, object]:
         "promoted": decision.promote,
         "reason": decision.reason,
     }
+
+
+NIGHT_STATE = "data/.nightly-round.json"  # the round the last fresh night started, and if it ended
+
+
+def night_round(root: Path) -> int:
+    """The ``collect.round`` tonight collects: the last night's if it never completed
+    (resumed), else a new one (bumped). params.yaml is validated before it is touched."""
+    import json
+
+    current = load_config(root / PARAMS_FILE).collect.round
+    try:
+        last = json.loads((root / NIGHT_STATE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        last = {}
+    if isinstance(last, dict) and last.get("round") == current and not last.get("completed"):
+        return current
+    new = bump_collect_round(root)
+    _write_night(root, new, completed=False)
+    return new
+
+
+def _write_night(root: Path, collect_round: int, *, completed: bool) -> None:
+    """Record the night's round and whether its stages all ran."""
+    import json
+
+    from components.io import atomic_write_text
+
+    path = root / NIGHT_STATE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(path, json.dumps({"round": collect_round, "completed": completed}) + "\n")
 
 
 def bump_collect_round(root: Path) -> int:

@@ -158,7 +158,9 @@ class PolicyFidelityConfig(_Section):
     methods: list[str] = Field(
         default_factory=lambda: ["sft", "dreamgym_grpo"],
         min_length=1,
-        description="Table-1 methods whose first-seed policy plays; gains are over the first",
+        description="Table-1 methods whose first-seed policy plays; gains are over the "
+        "first (dvc.yaml's policy_fidelity deps list sft's and dreamgym_grpo's models: add "
+        "another method's there too)",
     )
     games_per_family: int = Field(
         20, ge=1, description="train games of each task family (a seeded sample)"
@@ -168,11 +170,13 @@ class PolicyFidelityConfig(_Section):
 
     @model_validator(mode="after")
     def _known_methods(self) -> PolicyFidelityConfig:
-        from components.artifacts import METHODS
+        from components.artifacts import METHODS, RANDOM
 
         unknown = [m for m in self.methods if m not in METHODS]
         if unknown:
             raise ValueError(f"policy_fidelity.methods: {unknown} not in {list(METHODS)}")
+        if RANDOM in self.methods:  # failed mid-stage: "no policy under .../random/seed-0"
+            raise ValueError("policy_fidelity.methods: random has no trained policy to play")
         return self
 
 

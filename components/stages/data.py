@@ -200,7 +200,7 @@ def annotate(cfg: Config, paths: Paths, fresh: bool = False) -> dict[str, Any]:
 
 def _annotate(cfg: Config, paths: Paths, fresh: bool, wanted: tuple[str, str]) -> dict[str, Any]:
     from components.teacher.annotate import annotate as annotate_transitions
-    from components.teacher.annotate import failures_path_for, iter_annotations
+    from components.teacher.annotate import failures_path_for, iter_annotations, settings_path_for
     from components.tracking import stage_run
 
     def teachers(path: Path) -> set[tuple[str, str]]:
@@ -216,6 +216,7 @@ def _annotate(cfg: Config, paths: Paths, fresh: bool, wanted: tuple[str, str]) -
     if fresh:  # discards an unfinished fresh run too: it would be resumed later
         work.unlink(missing_ok=True)
         failures_path_for(work).unlink(missing_ok=True)
+        settings_path_for(work).unlink(missing_ok=True)
         target, resume = (work if producers else out), False
     elif teachers(work) == {wanted}:
         # a fresh start by this teacher that stopped part way: its paid rows are resumed
@@ -265,9 +266,12 @@ def _annotate(cfg: Config, paths: Paths, fresh: bool, wanted: tuple[str, str]) -
 
 def _drop_if_empty(work: Path, failures: Path) -> None:
     """Remove a fresh run's files when it annotated nothing (nothing paid for to resume)."""
+    from components.teacher.annotate import settings_path_for
+
     if not work.exists() or not work.stat().st_size:
         work.unlink(missing_ok=True)
         failures.unlink(missing_ok=True)
+        settings_path_for(work).unlink(missing_ok=True)
 
 
 def _replace_annotations(work: Path, out: Path) -> None:
@@ -275,11 +279,12 @@ def _replace_annotations(work: Path, out: Path) -> None:
     import os
 
     from components.io import _fsync_path
-    from components.teacher.annotate import failures_path_for
+    from components.teacher.annotate import failures_path_for, settings_path_for
 
-    # the failures first, the annotations last: the annotations' rename is the commit, and
-    # until it the fresh run can still be resumed from ``work``
-    for src, dst in ((failures_path_for(work), failures_path_for(out)), (work, out)):
+    # the settings record and the failures first, the annotations last: the annotations'
+    # rename is the commit, and until it the fresh run can still be resumed from ``work``
+    moves = [(f(work), f(out)) for f in (settings_path_for, failures_path_for)]
+    for src, dst in (*moves, (work, out)):
         if src.exists():
             _fsync_path(src)
             os.replace(src, dst)

@@ -7,12 +7,20 @@ line (no trailing newline) is cut off, ids already present are skipped, nothing 
 duplicated. Failures go to a separate JSONL (``<out>.failures.jsonl``: id, error,
 attempts, excerpt of the bad answer) and are attempted again by the next run; items the
 budget did not allow are written nowhere and are done by the next run as well.
+
+Ids do not hash the teacher settings, so the settings that shape an annotation are recorded
+beside the output (``<out>.settings.json``, see ``annotation_settings``). A resume that finds
+other recorded settings moves the old annotations, their failures and their record to a
+folder beside the output (``<out stem>-aside-<time>/``, never read by the pipeline) and
+annotates afresh; an output with no record (annotated before there were records) is resumed
+as it is, under the current settings.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import shutil
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -20,6 +28,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from components.config import Config, TeacherConfig
+from components.io import atomic_write_text
 from components.schema import Trajectory
 from components.teacher.base import (
     Annotation,
@@ -79,6 +88,108 @@ def teacher_identity(cfg: TeacherConfig) -> tuple[str, str]:
 def failures_path_for(out_path: Path) -> Path:
     """Default failures file next to the output: ``annotations.jsonl`` -> ``...failures.jsonl``."""
     return out_path.with_name(out_path.stem + ".failures.jsonl")
+
+
+def settings_path_for(out_path: Path) -> Path:
+    """The record of the settings the output was annotated under: ``...settings.json``."""
+    return out_path.with_name(out_path.stem + ".settings.json")
+
+
+# Teacher keys that do not change what an annotation says, only how the teacher is reached
+# (base_url, api_key_env, timeout_s), retried (max_retries, backoff_*: a retry may turn a
+# failure into an annotation, never change one), run in parallel (concurrency, batch_size)
+# or paid for (max_cost_usd, price_*). Every other key counts, a new one by default.
+NOT_ANNOTATION_KEYS = frozenset(
+    {
+        "base_url",
+        "api_key_env",
+        "timeout_s",
+        "max_retries",
+        "backoff_base_s",
+        "backoff_max_s",
+        "concurrency",
+        "batch_size",
+        "max_cost_usd",
+        "price_input_per_mtok",
+        "price_output_per_mtok",
+    }
+)
+# Keys that name the teacher: recorded as the (backend, model) its rows are stamped with
+# (``style`` is in the grounded teacher's model name; the LLM teachers do not read it).
+IDENTITY_KEYS = frozenset({"backend", "model", "style"})
+# Sampling keys only the LLM teachers read: the grounded teacher's traces ignore them.
+LLM_ONLY_KEYS = frozenset({"max_tokens", "temperature"})
+
+
+def annotation_settings(cfg: TeacherConfig, identity: tuple[str, str]) -> dict[str, Any]:
+    """The settings that shape the annotations of the teacher stamping ``identity``:
+    (backend, model) plus ``history_len`` and, for the LLM teachers, the sampling keys."""
+    skip = NOT_ANNOTATION_KEYS | IDENTITY_KEYS
+    if identity[0] == "grounded":
+        skip |= LLM_ONLY_KEYS
+    settings = {k: v for k, v in cfg.model_dump(mode="json").items() if k not in skip}
+    return {"backend": identity[0], "model": identity[1], **settings}
+
+
+def _read_settings(path: Path) -> dict[str, Any] | None:
+    """The recorded settings; None when absent, {} when unreadable (unknown settings)."""
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError):
+        log.warning("annotate: %s is unreadable: the annotations' settings are unknown", path)
+        return {}
+    return doc if isinstance(doc, dict) else {}
+
+
+def _aside_dir(out_path: Path) -> Path:
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    target, n = out_path.with_name(f"{out_path.stem}-aside-{stamp}"), 1
+    while target.exists():
+        n += 1
+        target = out_path.with_name(f"{out_path.stem}-aside-{stamp}-{n}")
+    return target
+
+
+def check_settings(settings: dict[str, Any], out_path: Path, failures_path: Path) -> Path | None:
+    """Record ``settings`` beside ``out_path``; annotations (and failures) made under other
+    recorded settings of the same teacher are moved to a new folder beside it first
+    (returned; None when nothing was moved)."""
+    record = settings_path_for(out_path)
+    old = _read_settings(record)
+    existing = any(True for _ in _scan(out_path, repair=False)) or any(
+        True for _ in _scan(failures_path, repair=False)
+    )
+    # another teacher's rows are the resume logic's business (kept, with a warning); an
+    # unreadable record ({}) says nothing, so its rows are set aside
+    same_teacher = not old or (old.get("backend"), old.get("model")) == (
+        settings["backend"],
+        settings["model"],
+    )
+    aside = None
+    if old is None and existing:
+        log.info("annotate: %s records no teacher settings; taking the current ones", out_path)
+    elif old is not None and old != settings and existing and same_teacher:
+        aside = _aside_dir(out_path)
+        aside.mkdir(parents=True)
+        # the annotations first: once they are moved nothing can resume them by mistake
+        for src in (out_path, failures_path):
+            if src.exists():
+                shutil.move(src, aside / src.name)
+        if record.exists():
+            shutil.copyfile(record, aside / record.name)  # what they were annotated under
+        changed = sorted(k for k in set(old) | set(settings) if old.get(k) != settings.get(k))
+        log.warning(
+            "annotate: teacher settings changed since %s was annotated (%s): its annotations "
+            "and failures are moved to %s; annotating afresh",
+            out_path,
+            ", ".join(changed) or "unreadable record",
+            aside,
+        )
+    if old != settings:
+        atomic_write_text(record, json.dumps(settings, indent=2, sort_keys=True) + "\n")
+    return aside
 
 
 def _scan(path: Path, repair: bool) -> Iterator[dict[str, Any]]:
@@ -179,6 +290,11 @@ def annotate(
     if not resume:
         out_path.unlink(missing_ok=True)
         failures_path.unlink(missing_ok=True)
+    # the (backend, model) the rows will be stamped with: the teacher is made further down
+    identity = teacher_identity(cfg.teacher)
+    if teacher is not None:
+        identity = (teacher.backend, teacher.model)
+    aside = check_settings(annotation_settings(cfg.teacher, identity), out_path, failures_path)
     done: set[str] = set()
     producers: set[tuple[str, str]] = set()
     for row in _scan(out_path, repair=True):
@@ -269,6 +385,8 @@ def annotate(
         "out_path": str(out_path),
         "failures_path": str(failures_path),
     }
+    if aside is not None:
+        stats["set_aside"] = str(aside)
     log.info(
         "annotate: %d new (%d already there), %d failed, %d tokens, $%.4f in %.1fs",
         tally.annotated,

@@ -311,6 +311,22 @@ def test_nightly_fresh_data_bumps_the_collection_round_keeping_comments(tmp_path
     assert load_config(tmp_path / "params.yaml", "ci").collect.round == 2
 
 
+def test_a_night_that_failed_is_resumed_not_bumped_again(tmp_path: Path):
+    """A bump drops the episodes the failed night had collected: the next night resumes
+    its round; only a completed night's successor gets a new one."""
+    from flows.pipeline import _write_night, night_round
+
+    (tmp_path / "params.yaml").write_text((ROOT / "params.yaml").read_text())
+    assert night_round(tmp_path) == 1  # no record: a new round
+    assert night_round(tmp_path) == 1  # night 1 never completed: resumed
+    _write_night(tmp_path, 1, completed=True)
+    assert night_round(tmp_path) == 2
+    (tmp_path / "params.yaml").write_text("seed: -1\n")  # invalid: refused before any edit
+    with pytest.raises(Exception, match="seed"):
+        night_round(tmp_path)
+    assert (tmp_path / "params.yaml").read_text() == "seed: -1\n"
+
+
 def test_a_cancelled_stage_task_stops_the_stage_command_too(monkeypatch, tmp_path: Path):
     # a Prefect cancel raises in the task while it streams `dvc repro`'s output: killing
     # `dvc repro` alone left the stage command it started running under PID 1

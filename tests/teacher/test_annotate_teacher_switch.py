@@ -105,7 +105,11 @@ def test_a_new_teacher_stopped_part_way_is_resumed_then_swapped(
         data_stage.annotate(cfg, paths)
     assert paths.annotations_file.read_bytes() == before  # the old rows are still in use
     # the 3 paid rows are kept aside for the next run
-    assert _leftovers(paths) == ["annotations.fresh.failures.jsonl", "annotations.fresh.jsonl"]
+    assert _leftovers(paths) == [
+        "annotations.fresh.failures.jsonl",
+        "annotations.fresh.jsonl",
+        "annotations.fresh.settings.json",  # the settings they were annotated under
+    ]
     assert paths.annotations_file.with_name("annotations.fresh.jsonl").read_text().count("\n") == 3
 
     healthy = _OpenAILike()

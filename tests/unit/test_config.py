@@ -258,6 +258,19 @@ def test_sft_coef_needs_the_scorer_policy_and_gpu_on_scienceworld_loads(tmp_path
         load_config(path)
 
 
+def test_a_top_level_lm_policy_is_not_refused_for_another_envs_sft_coef(tmp_path: Path):
+    # scienceworld's override sets sft_coef 1.0: a user choosing the LM policy on textworld
+    # was refused for an env it does not run (the rule is checked when that env is active)
+    path = _write(tmp_path, lambda r: r["agent"].update(policy="lm"))
+    assert load_config(path).agent.policy == "lm"
+
+
+def test_policy_fidelity_cannot_play_the_random_baseline(tmp_path: Path):
+    path = _write(tmp_path, lambda r: r["policy_fidelity"].update(methods=["sft", "random"]))
+    with pytest.raises(ConfigError, match="random has no trained policy"):
+        load_config(path)
+
+
 def test_sentence_transformers_embedder_needs_a_model_name(tmp_path: Path):
     path = _write(tmp_path, lambda r: r["buffer"].update(embedder="sentence-transformers"))
     with pytest.raises(ConfigError, match=r"buffer: Value error, embedder sentence-transformers"):
