@@ -10,6 +10,7 @@ reads, which must be among its params (below).
 from __future__ import annotations
 
 import ast
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
@@ -184,21 +185,29 @@ def _code_free(path: Path) -> bool:
     )
 
 
-def stage_files(entry: str, not_reached: set[tuple[str, str]] = frozenset()) -> set[str]:
-    """Files (relative to the root) of the package's modules that ``module:function`` runs,
-    code-free ones left out."""
-    module, _, function = entry.partition(":")
+def _reach(
+    entry: str, not_reached: set[tuple[str, str]] = frozenset()
+) -> Iterator[tuple[tuple[str, str], bool]]:
+    """Each ``(module, function)`` that ``module:function`` reaches, once, and whether it is
+    infrastructure (reached, but its own imports are not the stage's)."""
     seen: set[tuple[str, str]] = set()
-    todo = [(module, function)]
+    todo = [tuple(entry.split(":"))]
     while todo:
         node = todo.pop()
         if node in seen or node in not_reached or _file(node[0]) is None:
             continue
         seen.add(node)
         path = _file(node[0]).relative_to(ROOT).as_posix()  # type: ignore[union-attr]
-        if not _covered(path, list(INFRASTRUCTURE)):  # its imports are not the stage's
+        infrastructure = _covered(path, list(INFRASTRUCTURE))
+        if not infrastructure:
             todo += _edges(*node)
-    files = {_file(m) for m, _ in seen}
+        yield node, infrastructure
+
+
+def stage_files(entry: str, not_reached: set[tuple[str, str]] = frozenset()) -> set[str]:
+    """Files (relative to the root) of the package's modules that ``module:function`` runs,
+    code-free ones left out."""
+    files = {_file(m) for (m, _), _ in _reach(entry, not_reached)}
     return {f.relative_to(ROOT).as_posix() for f in files if f and not _code_free(f)}
 
 
@@ -462,18 +471,10 @@ def _definition_reads(module: str, name: str) -> set[tuple[str, ...]]:
 def config_reads(entry: str, not_reached: set[tuple[str, str]] = frozenset()) -> dict:
     """{path: {"module:function", ...}}: what the functions ``entry`` reaches read of the
     root Config (``("env", "name")`` for ``cfg.env.name``)."""
-    seen: set[tuple[str, str]] = set()
-    todo = [tuple(entry.split(":"))]
     out: dict[tuple[str, ...], set[str]] = {}
-    while todo:
-        node = todo.pop()
-        if node in seen or node in not_reached or _file(node[0]) is None:
+    for node, infrastructure in _reach(entry, not_reached):
+        if infrastructure:  # e.g. tracking logs every section
             continue
-        seen.add(node)
-        path = _file(node[0]).relative_to(ROOT).as_posix()  # type: ignore[union-attr]
-        if _covered(path, list(INFRASTRUCTURE)):  # e.g. tracking logs every section
-            continue
-        todo += _edges(*node)
         for read in _definition_reads(*node):
             out.setdefault(read, set()).add(":".join(node))
     return out
