@@ -24,6 +24,7 @@ BENCHMARKS = (
     "bench.gpu_decode",  # CUDA only: elsewhere it leaves the committed GPU results alone
     "bench.decode_profile",  # CUDA only, likewise
     "bench.stages",
+    "bench.stage_overhead",  # after bench.stages: quotes its stages' work beside the overhead
 )
 
 
