@@ -176,6 +176,30 @@ def swap_dir(staged: Path, target: Path) -> None:
     shutil.rmtree(old, ignore_errors=True)
 
 
+def read_settings_record(path: Path) -> dict[str, Any] | None:
+    """A stage's recorded settings (a JSON object): None when absent, {} when unreadable."""
+    try:
+        doc = json.loads(Path(path).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError):  # unknown settings: the caller treats them as changed
+        return {}
+    return doc if isinstance(doc, dict) else {}
+
+
+def unused_stamped_dir(base: Path) -> Path:
+    """``<base><time stamp>`` (then ``-2``, ``-3``...): a folder name no path holds yet."""
+    import time
+
+    base = Path(base)
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    target, n = base.with_name(f"{base.name}{stamp}"), 1
+    while target.exists():
+        n += 1
+        target = base.with_name(f"{base.name}{stamp}-{n}")
+    return target
+
+
 def lock_path_for(output: Path) -> Path:
     """The lock file of an output: hidden, beside it (never inside a DVC output folder)."""
     return output.parent / f".{output.name}.lock"

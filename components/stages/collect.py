@@ -13,13 +13,17 @@ from __future__ import annotations
 
 import json
 import logging
-import time
 from pathlib import Path
 from typing import Any
 
 from components.config import Config, Paths
 from components.config.data import AGENTGYM_ENVS
-from components.io import atomic_write_text, output_lock
+from components.io import (
+    atomic_write_text,
+    output_lock,
+    read_settings_record,
+    unused_stamped_dir,
+)
 
 log = logging.getLogger("dreamgym")
 
@@ -62,40 +66,19 @@ def _changed(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     return sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k))
 
 
-def _read_settings(path: Path) -> dict[str, Any] | None:
-    """The recorded settings; None when absent or unreadable (both: unknown)."""
-    try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        return None
-    except (OSError, ValueError):
-        log.warning("collect: %s is unreadable: the episodes' env settings are unknown", path)
-        return {}
-    return doc if isinstance(doc, dict) else {}
-
-
-def _aside_dir(data: Path) -> Path:
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    target, n = data / f"{ASIDE_PREFIX}{stamp}", 1
-    while target.exists():
-        n += 1
-        target = data / f"{ASIDE_PREFIX}{stamp}-{n}"
-    return target
-
-
 def check_env_settings(cfg: Config, raw: Path) -> Path | None:
     """Record the current env settings in ``raw``; episodes collected under other ones are
     moved to a new folder beside it first (returned; None when nothing was moved)."""
     settings = episode_settings(cfg)
     record = raw / ENV_SETTINGS_FILE
-    old = _read_settings(record)
+    old = read_settings_record(record)
     episodes = sorted(raw.glob("*.jsonl")) if raw.is_dir() else []
     aside = None
     if old is None and episodes:
         # collected before the settings were recorded: nothing says they differ
         log.info("collect: %s records no env settings; taking the current ones", raw)
     elif old is not None and old != settings and episodes:
-        aside = _aside_dir(raw.parent)
+        aside = unused_stamped_dir(raw.parent / ASIDE_PREFIX)
         raw.rename(aside)  # one rename: a kill leaves the episodes in one place or the other
         # not the project's files: git leaves the folder out of `git status`
         (aside / ".gitignore").write_text("*\n", encoding="utf-8")
@@ -103,7 +86,7 @@ def check_env_settings(cfg: Config, raw: Path) -> Path | None:
             "collect: env settings changed since %s was collected (%s): its %d episode "
             "files are moved to %s; collecting afresh",
             raw,
-            ", ".join(_changed(old, settings)) or "unreadable record",
+            ", ".join(_changed(old, settings)) if old else "its record is unreadable",
             len(episodes),
             aside,
         )

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from components.config import Config, TeacherConfig
-from components.io import atomic_write_text
+from components.io import atomic_write_text, read_settings_record, unused_stamped_dir
 from components.schema import Trajectory
 from components.teacher.base import (
     Annotation,
@@ -131,33 +131,12 @@ def annotation_settings(cfg: TeacherConfig, identity: tuple[str, str]) -> dict[s
     return {"backend": identity[0], "model": identity[1], **settings}
 
 
-def _read_settings(path: Path) -> dict[str, Any] | None:
-    """The recorded settings; None when absent, {} when unreadable (unknown settings)."""
-    try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        return None
-    except (OSError, ValueError):
-        log.warning("annotate: %s is unreadable: the annotations' settings are unknown", path)
-        return {}
-    return doc if isinstance(doc, dict) else {}
-
-
-def _aside_dir(out_path: Path) -> Path:
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    target, n = out_path.with_name(f"{out_path.stem}-aside-{stamp}"), 1
-    while target.exists():
-        n += 1
-        target = out_path.with_name(f"{out_path.stem}-aside-{stamp}-{n}")
-    return target
-
-
 def check_settings(settings: dict[str, Any], out_path: Path, failures_path: Path) -> Path | None:
     """Record ``settings`` beside ``out_path``; annotations (and failures) made under other
     recorded settings of the same teacher are moved to a new folder beside it first
     (returned; None when nothing was moved)."""
     record = settings_path_for(out_path)
-    old = _read_settings(record)
+    old = read_settings_record(record)
     existing = any(True for _ in _scan(out_path, repair=False)) or any(
         True for _ in _scan(failures_path, repair=False)
     )
@@ -171,7 +150,7 @@ def check_settings(settings: dict[str, Any], out_path: Path, failures_path: Path
     if old is None and existing:
         log.info("annotate: %s records no teacher settings; taking the current ones", out_path)
     elif old is not None and old != settings and existing and same_teacher:
-        aside = _aside_dir(out_path)
+        aside = unused_stamped_dir(out_path.with_name(f"{out_path.stem}-aside-"))
         aside.mkdir(parents=True)
         # the annotations first: once they are moved nothing can resume them by mistake
         for src in (out_path, failures_path):
@@ -184,7 +163,7 @@ def check_settings(settings: dict[str, Any], out_path: Path, failures_path: Path
             "annotate: teacher settings changed since %s was annotated (%s): its annotations "
             "and failures are moved to %s; annotating afresh",
             out_path,
-            ", ".join(changed) or "unreadable record",
+            ", ".join(changed) if old else "its record is unreadable",
             aside,
         )
     if old != settings:

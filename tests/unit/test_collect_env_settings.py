@@ -122,3 +122,29 @@ def test_an_empty_plan_moves_nothing(tmp_path: Path, monkeypatch):
     monkeypatch.setattr(data, "collect", lambda cfg, paths: {"called": True})
     assert stage.collect(_sw(simplifications="easy"), paths) == {"called": True}
     assert (paths.raw / "sw-task.jsonl").read_text() == EPISODE
+
+
+def test_an_unreadable_record_sets_the_episodes_aside_and_says_why(tmp_path: Path, caplog):
+    raw = _collected(tmp_path / "data" / "raw", _sw())
+    (raw / stage.ENV_SETTINGS_FILE).write_text("{not json")
+    aside = stage.check_env_settings(_sw(), raw)
+    assert aside is not None and (aside / "sw-task.jsonl").read_text() == EPISODE
+    assert "its record is unreadable" in caplog.text
+    assert json.loads((raw / stage.ENV_SETTINGS_FILE).read_text()) == stage.episode_settings(_sw())
+
+
+def test_settings_records_and_aside_names(tmp_path: Path):
+    from components.io import read_settings_record, unused_stamped_dir
+
+    record = tmp_path / "settings.json"
+    assert read_settings_record(record) is None  # never recorded
+    for text in ("{broken", "[1, 2]", "\xff"):  # unreadable or not an object: unknown
+        record.write_text(text, encoding="latin-1")
+        assert read_settings_record(record) == {}
+    record.write_text('{"a": 1}')
+    assert read_settings_record(record) == {"a": 1}
+    first = unused_stamped_dir(tmp_path / "raw-aside-")
+    assert first.parent == tmp_path and first.name.startswith("raw-aside-")
+    first.mkdir()
+    second = unused_stamped_dir(tmp_path / "raw-aside-")
+    assert second != first and not second.exists()  # within the same second: "<stamp>-2"
