@@ -232,7 +232,11 @@ def _annotate(cfg: Config, paths: Paths, fresh: bool, wanted: tuple[str, str]) -
     data = {"trajectories": paths.trajectories_file}
     with stage_run("annotate", "experience", cfg, ("teacher",), paths.root, data) as run:
         try:
-            stats = annotate_transitions(cfg, trajectories, target, resume=resume)
+            # old settings' rows go beside data/annotations: inside, DVC would cache them
+            aside_in = out.parent.parent
+            stats = annotate_transitions(
+                cfg, trajectories, target, resume=resume, aside_in=aside_in
+            )
         except BaseException:
             if target == work:
                 _drop_if_empty(work, failures_path_for(work))

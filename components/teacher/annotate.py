@@ -11,7 +11,8 @@ budget did not allow are written nowhere and are done by the next run as well.
 Ids do not hash the teacher settings, so the settings that shape an annotation are recorded
 beside the output (``<out>.settings.json``, see ``annotation_settings``). A resume that finds
 other recorded settings moves the old annotations, their failures and their record to a
-folder beside the output (``<out stem>-aside-<time>/``, never read by the pipeline) and
+folder (``<out stem>-aside-<time>/`` beside the output; the stage's is
+``data/annotations-aside-<time>/``, outside its DVC output; never read by the pipeline) and
 annotates afresh; an output with no record (annotated before there were records) is resumed
 as it is, under the current settings.
 """
@@ -131,10 +132,13 @@ def annotation_settings(cfg: TeacherConfig, identity: tuple[str, str]) -> dict[s
     return {"backend": identity[0], "model": identity[1], **settings}
 
 
-def check_settings(settings: dict[str, Any], out_path: Path, failures_path: Path) -> Path | None:
+def check_settings(
+    settings: dict[str, Any], out_path: Path, failures_path: Path, aside_in: Path | None = None
+) -> Path | None:
     """Record ``settings`` beside ``out_path``; annotations (and failures) made under other
-    recorded settings of the same teacher are moved to a new folder beside it first
-    (returned; None when nothing was moved)."""
+    recorded settings of the same teacher are moved to a new folder first (returned; None
+    when nothing was moved): in ``aside_in``, named for ``out_path``'s folder and ignored by
+    git, or beside ``out_path`` without it."""
     record = settings_path_for(out_path)
     old = read_settings_record(record)
     existing = any(True for _ in _scan(out_path, repair=False)) or any(
@@ -150,8 +154,13 @@ def check_settings(settings: dict[str, Any], out_path: Path, failures_path: Path
     if old is None and existing:
         log.info("annotate: %s records no teacher settings; taking the current ones", out_path)
     elif old is not None and old != settings and existing and same_teacher:
-        aside = unused_stamped_dir(out_path.with_name(f"{out_path.stem}-aside-"))
+        if aside_in is None:
+            aside = unused_stamped_dir(out_path.with_name(f"{out_path.stem}-aside-"))
+        else:
+            aside = unused_stamped_dir(Path(aside_in) / f"{out_path.parent.name}-aside-")
         aside.mkdir(parents=True)
+        if aside_in is not None:  # beside a DVC output: git must not list it either
+            (aside / ".gitignore").write_text("*\n", encoding="utf-8")
         # the annotations first: once they are moved nothing can resume them by mistake
         for src in (out_path, failures_path):
             if src.exists():
@@ -257,8 +266,12 @@ def annotate(
     *,
     failures_path: Path | None = None,
     resume: bool = True,
+    aside_in: Path | None = None,
 ) -> dict[str, Any]:
-    """Annotate every transition not yet in ``out_path``; returns the run's stats."""
+    """Annotate every transition not yet in ``out_path``; returns the run's stats.
+
+    Rows of other teacher settings are set aside in ``aside_in`` (default: beside
+    ``out_path``; the stage keeps them out of its DVC output folder)."""
     from components.progress import progress_bar
 
     start = time.monotonic()
@@ -273,7 +286,8 @@ def annotate(
     identity = teacher_identity(cfg.teacher)
     if teacher is not None:
         identity = (teacher.backend, teacher.model)
-    aside = check_settings(annotation_settings(cfg.teacher, identity), out_path, failures_path)
+    settings = annotation_settings(cfg.teacher, identity)
+    aside = check_settings(settings, out_path, failures_path, aside_in)
     done: set[str] = set()
     producers: set[tuple[str, str]] = set()
     for row in _scan(out_path, repair=True):

@@ -156,3 +156,22 @@ def test_the_stage_keeps_the_record_with_a_fresh_run_s_rows(tmp_path, monkeypatc
     assert (stats["n_annotated"], stats["n_skipped_existing"]) == (0, 9)
     assert asides(folder) == [] and not [p for p in folder.iterdir() if "fresh" in p.name]
     assert json.loads((folder / SETTINGS).read_text())["history_len"] == 0
+
+
+def test_the_stage_sets_old_rows_aside_outside_its_dvc_output(tmp_path, monkeypatch) -> None:
+    without_tracking(monkeypatch)
+    cfg, paths = make_project(tmp_path)
+    write_jsonl(paths.trajectories_file, make_trajectories(3, 3))
+    data_stage.annotate(cfg, paths)
+    before = paths.annotations_file.read_bytes()
+    cfg = load_config(write_params(tmp_path, {"teacher": {"history_len": 0}}))
+
+    stats = data_stage.annotate(cfg, paths)  # resumed under changed settings
+
+    folder = paths.annotations_file.parent  # data/annotations: DVC hashes all it holds
+    [aside] = asides(folder.parent)
+    assert asides(folder) == [] and stats["set_aside"] == str(aside)
+    assert aside.name.startswith(f"{folder.name}-aside-")
+    assert (aside / "annotations.jsonl").read_bytes() == before
+    assert (aside / ".gitignore").read_text() == "*\n"
+    assert stats["n_annotated"] == 9
