@@ -142,12 +142,17 @@ def test_resume_false_sets_nothing_aside(tmp_path) -> None:
     assert json.loads((tmp_path / SETTINGS).read_text())["history_len"] == 0
 
 
-def test_the_stage_keeps_the_record_with_a_fresh_run_s_rows(tmp_path, monkeypatch) -> None:
+def _annotated_then_history_changed(tmp_path: Path, monkeypatch):
+    """A project annotated by the stage, then its params changed (``history_len`` 0)."""
     without_tracking(monkeypatch)
     cfg, paths = make_project(tmp_path)
     write_jsonl(paths.trajectories_file, make_trajectories(3, 3))
     data_stage.annotate(cfg, paths)
-    cfg = load_config(write_params(tmp_path, {"teacher": {"history_len": 0}}))
+    return load_config(write_params(tmp_path, {"teacher": {"history_len": 0}})), paths
+
+
+def test_the_stage_keeps_the_record_with_a_fresh_run_s_rows(tmp_path, monkeypatch) -> None:
+    cfg, paths = _annotated_then_history_changed(tmp_path, monkeypatch)
 
     data_stage.annotate(cfg, paths, fresh=True)  # written beside, then swapped in
     stats = data_stage.annotate(cfg, paths)
@@ -159,12 +164,8 @@ def test_the_stage_keeps_the_record_with_a_fresh_run_s_rows(tmp_path, monkeypatc
 
 
 def test_the_stage_sets_old_rows_aside_outside_its_dvc_output(tmp_path, monkeypatch) -> None:
-    without_tracking(monkeypatch)
-    cfg, paths = make_project(tmp_path)
-    write_jsonl(paths.trajectories_file, make_trajectories(3, 3))
-    data_stage.annotate(cfg, paths)
+    cfg, paths = _annotated_then_history_changed(tmp_path, monkeypatch)
     before = paths.annotations_file.read_bytes()
-    cfg = load_config(write_params(tmp_path, {"teacher": {"history_len": 0}}))
 
     stats = data_stage.annotate(cfg, paths)  # resumed under changed settings
 
