@@ -13,6 +13,7 @@ BENCHMARKS = (
     "bench.collection",
     "bench.buffer",
     "bench.envs",
+    "bench.game_generation",
     "bench.answer_tree",
     "bench.synthetic_env",
     "bench.admissible_commands",

@@ -33,6 +33,7 @@ from components.config.data import RewardMode
 from components.envs.base import REWARD_WON, EnvError, normalised_score
 from components.envs.episodic import EpisodicEnv, Step, collapse, normalize_command
 from components.envs.textworld_engines import Answer, Engine, EnginePool, GameKey, Node, intern_all
+from components.envs.textworld_speedups import use_keyed_fact_sort
 from components.envs.textworld_state import compact_description, compact_inventory
 from components.schema import Task
 
@@ -174,6 +175,8 @@ class TextWorldEnv(EpisodicEnv):
             self._engine_held, self._game_path = reused, str(path)
             return reused
         import textworld  # heavy import kept to this module
+
+        use_keyed_fact_sort()
 
         if not path.is_file() or not path.with_suffix(".json").is_file():
             raise EnvError(f"game file {path} (and its .json) not found")

@@ -44,6 +44,7 @@ from typing import Any
 
 from components.config import Config, TaskFamilyConfig
 from components.envs.base import TASKS_FILE, write_task_suite
+from components.envs.textworld_speedups import ni_without_index, use_keyed_fact_sort
 from components.io import read_json
 from components.schema import Split, Task, read_jsonl, stable_id
 
@@ -173,6 +174,8 @@ def _make_game(family: str, difficulty: int, seed: int) -> Any:
     import textworld.challenges
     from textworld.generator import make_game
 
+    use_keyed_fact_sort()  # the same games, made sooner
+
     options = textworld.GameOptions()
     options.seeds = seed
     if family == "quest":
@@ -229,7 +232,8 @@ def _compile(game: Any, path: Path) -> None:
     options = textworld.GameOptions()
     options.path = str(path)
     options.force_recompile = True
-    compile_game(game, options)
+    with ni_without_index():  # the same story file, ~18% sooner
+        compile_game(game, options)
 
 
 def verify_walkthrough(game_file: Path, walkthrough: list[str] | None) -> list[str] | None:
@@ -237,6 +241,7 @@ def verify_walkthrough(game_file: Path, walkthrough: list[str] | None) -> list[s
     the engine's winning policy followed step by step; None if neither wins."""
     import textworld
 
+    use_keyed_fact_sort()
     infos = textworld.EnvInfos(policy_commands=True, won=True, lost=True)
     env = textworld.start(str(game_file), request_infos=infos)
     try:
