@@ -90,6 +90,12 @@ def _known_error(err: BaseException) -> tuple[int, str] | None:
             "mlflow.db is half-built (a first run was stopped while MLflow created it): "
             "move it away (mv mlflow.db mlflow.db.broken) and rerun"
         )
+    if _damaged_store(err):
+        return EXIT_ERROR, (
+            f"mlflow.db is not a readable SQLite database ({_first_line(err)}): move it away "
+            "(mv mlflow.db mlflow.db.broken; `sqlite3 mlflow.db.broken .recover` may save its "
+            "runs) and rerun; the pipeline's data, models and metrics are files outside it"
+        )
     if isinstance(err, InputError | FileNotFoundError) and err.args:
         return EXIT_ERROR, str(err)  # FileNotFoundError: the stages' "run X first" hints
     if isinstance(err, OutputWriteError) or (isinstance(err, OSError) and err.errno in _FS_ERRNOS):
@@ -109,16 +115,38 @@ def _old_store(err: BaseException) -> bool:
     return bool(mlflow) and isinstance(err, mlflow.MlflowException) and "out-of-date" in str(err)
 
 
-def _half_built_store(err: BaseException) -> bool:
-    """An MLflow error caused by SQLite finding the store's schema half there."""
-    sql, mlflow = sys.modules.get("sqlalchemy.exc"), sys.modules.get("mlflow.exceptions")
-    if not (sql and mlflow):
-        return False
+def _chain(err: BaseException) -> list[BaseException]:
+    """``err`` and the exceptions it was raised from or during (at most 8)."""
     chain: list[BaseException] = []
     at: BaseException | None = err
     while at is not None and len(chain) < 8:
         chain.append(at)
         at = at.__cause__ or at.__context__
+    return chain
+
+
+def _damaged_store(err: BaseException) -> bool:
+    """SQLite found the store's file damaged or not a database at all (truncated, overwritten)."""
+    sql = sys.modules.get("sqlalchemy.exc")
+    damaged = ("database disk image is malformed", "file is not a database")
+    return bool(sql) and any(
+        isinstance(e, sql.DatabaseError) and any(d in str(e) for d in damaged) for e in _chain(err)
+    )
+
+
+def _first_line(err: BaseException) -> str:
+    """SQLite's own words for the innermost error, without SQLAlchemy's SQL and links."""
+    inner = _chain(err)[-1]
+    text = str(getattr(inner, "orig", None) or inner).strip()
+    return text.splitlines()[0][:200] if text else type(inner).__name__
+
+
+def _half_built_store(err: BaseException) -> bool:
+    """An MLflow error caused by SQLite finding the store's schema half there."""
+    sql, mlflow = sys.modules.get("sqlalchemy.exc"), sys.modules.get("mlflow.exceptions")
+    if not (sql and mlflow):
+        return False
+    chain = _chain(err)
     broken = ("already exists", "duplicate column name", "no such column", "no such table")
     return any(isinstance(e, mlflow.MlflowException) for e in chain) and any(
         isinstance(e, sql.OperationalError) and any(b in str(e) for b in broken) for e in chain

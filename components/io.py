@@ -55,6 +55,29 @@ def read_json(path: Path) -> Any:
         raise damaged(path, "not valid JSON", err) from None
 
 
+def read_rows(path: Path) -> list[Any]:
+    """The rows of a JSON-lines file the pipeline wrote, unvalidated (blank lines skipped);
+    a line that is not JSON, or bytes that are not UTF-8, are an ``InputError`` naming it.
+    ``components.schema.read_jsonl`` reads typed records."""
+    rows = []
+    try:
+        with Path(path).open(encoding="utf-8") as f:
+            for n, line in enumerate(f, 1):
+                if line.strip():
+                    rows.append(json_line(line, path, n))
+    except UnicodeDecodeError as err:
+        raise damaged(path, "not UTF-8 text", err) from None
+    return rows
+
+
+def json_line(line: str, path: Path, n: int) -> Any:
+    """Line ``n`` of the JSON-lines file ``path``, parsed; an ``InputError`` if it is not JSON."""
+    try:
+        return json.loads(line.rstrip("\r\n"))  # positions in the message: within the line
+    except ValueError as err:
+        raise damaged(f"{path}:{n}", "not a JSON line", err) from None
+
+
 def temp_path_for(path: Path) -> Path:
     """A fresh hidden name beside ``path``: ``.<name>.<pid>.<random>.tmp`` (never shared)."""
     return path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:12]}{TMP_SUFFIX}")

@@ -22,7 +22,6 @@ method not evaluated: nothing is ever filled in.
 
 from __future__ import annotations
 
-import json
 import logging
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
@@ -32,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from components.artifacts import ALGOS, METHODS, RANDOM, dreamgym_method, real_method, s2r_method
+from components.io import read_rows
 
 log = logging.getLogger(__name__)
 
@@ -251,8 +251,7 @@ def load_episodes(eval_dir: Path) -> dict[str, list[dict[str, Any]]]:
     """Every method's evaluation episodes under ``eval_dir`` (``<method>.jsonl``)."""
     out: dict[str, list[dict[str, Any]]] = {}
     for path in sorted(Path(eval_dir).glob("*.jsonl")):
-        lines = path.read_text(encoding="utf-8").splitlines()
-        out[path.stem] = [json.loads(line) for line in lines if line.strip()]
+        out[path.stem] = read_rows(path)
     return out
 
 

@@ -62,7 +62,7 @@ from components.artifacts import (
 )
 from components.config import Config, Paths, RLAlgoConfig
 from components.envs.vector import CappedEnvList
-from components.io import read_json
+from components.io import json_line, read_json, read_rows
 from components.schema import Task, Trajectory, read_jsonl, seed_int, write_jsonl
 from components.stages.agent import log_seeds, register, seed_summary
 from components.stages.common import numbers, write_json
@@ -331,9 +331,9 @@ def synthetic_prior(sampler: Any, synthetic: Path, seed: int, weight: float = 4.
     mark = f'"checkpoint":"seed-{seed}/'  # the run's steps carry seed-<s>/round-<i>
     outcomes: dict[str, list[int]] = {}
     with synthetic.open(encoding="utf-8") as f:
-        for line in f:
+        for n, line in enumerate(f, 1):
             if mark in line:
-                row = json.loads(line)
+                row = json_line(line, synthetic, n)
                 outcomes.setdefault(row["task_id"], []).append(int(bool(row["success"])))
     seeded = 0
     for task_id, wins in outcomes.items():
@@ -345,8 +345,7 @@ def synthetic_prior(sampler: Any, synthetic: Path, seed: int, weight: float = 4.
 
 
 def _read_rows(path: Path) -> list[dict[str, Any]]:
-    lines = path.read_text(encoding="utf-8").splitlines() if path.exists() else []
-    return [json.loads(line) for line in lines if line.strip()]
+    return read_rows(path) if path.exists() else []
 
 
 def _publish_snapshots(out_dir: Path, dst: Path, method: str, init: str) -> None:

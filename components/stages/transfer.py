@@ -38,7 +38,7 @@ from components.artifacts import (
 )
 from components.config import Config, Paths
 from components.config.data import SCORED_ENVS, RewardMode
-from components.io import InputError, read_json
+from components.io import InputError, read_json, read_rows
 from components.stages.common import numbers, write_json
 
 log = logging.getLogger("dreamgym")
@@ -72,9 +72,7 @@ def _source_success(source: Paths, env: str, method: str) -> float | None:
 
 
 def _read_rows(path: Path) -> list[dict[str, Any]]:
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line]
+    return read_rows(path) if path.exists() else []
 
 
 def _summary(rows: list[dict[str, Any]], baselines: dict[str, list[dict[str, Any]]]) -> Any:

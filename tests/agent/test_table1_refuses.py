@@ -89,3 +89,23 @@ def test_table1_replaces_its_three_files_together_or_none(tmp_path: Path, monkey
             tmp_path / "data" / "eval" / "random.jsonl"
         ],
     }  # the JSON files, written before the markdown, are the committed ones still
+
+
+def test_a_damaged_episode_line_is_one_error_naming_it_and_writes_nothing(tmp_path: Path):
+    before = _project(tmp_path)
+    (tmp_path / "data" / "eval").mkdir(parents=True)
+    good = json.dumps(
+        {"method": "random", "mode": "sampled", "seed": 0, "pass": 0, "task_id": "g0", "success": 1}
+    )
+    episodes = tmp_path / "data" / "eval" / "random.jsonl"
+    episodes.write_text(f"{good}\n\n" + '{"method": "random", "succ\n')  # cut off mid-write
+    r = CliRunner().invoke(app, ["table1", *COMMON, "--root", str(tmp_path)])
+    assert r.exit_code == 1
+    [line] = r.output.splitlines()
+    assert line.startswith(f"error: {episodes}:3: not a JSON line (Unterminated string")
+    assert line.endswith(
+        "the file is damaged; rerun the stage that writes it "
+        "(`dvc repro --force <stage>`) or restore it"
+    )
+    after = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file() and p != episodes}
+    assert after == before  # Table 1 and its headline untouched, no mlflow.db

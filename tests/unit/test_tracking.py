@@ -6,6 +6,8 @@ import hashlib
 import json
 from pathlib import Path
 
+import pytest
+
 from components.config import load_config
 from components.tracking import (
     REDACTED,
@@ -174,3 +176,24 @@ def test_a_store_of_an_older_mlflow_is_one_line_saying_how_to_upgrade(tmp_path: 
     code, message = _known_error(err.value)
     assert code == 1 and "\n" not in message
     assert message.startswith("mlflow.db: ") and "mlflow db upgrade" in message
+
+
+@pytest.mark.parametrize("damage", ["truncated", "not_sqlite"])
+def test_a_damaged_store_is_one_line_saying_to_move_it_away(tmp_path: Path, damage: str):
+    import mlflow
+
+    from components.cli_process import _known_error
+    from components.tracking import configure
+
+    ensure_store(tmp_path)
+    db = tmp_path / "mlflow.db"
+    whole = db.read_bytes()
+    # a disk that filled mid-copy, or another file written over it
+    db.write_bytes(whole[: len(whole) // 3] if damage == "truncated" else b"not sqlite " * 500)
+    configure(tmp_path)
+    with pytest.raises(Exception) as err:
+        mlflow.search_experiments()
+    code, message = _known_error(err.value)
+    assert code == 1 and "\n" not in message
+    assert message.startswith("mlflow.db is not a readable SQLite database (")
+    assert "mv mlflow.db mlflow.db.broken" in message and "SELECT" not in message
