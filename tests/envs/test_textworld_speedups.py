@@ -14,6 +14,7 @@ from textworld import logic
 
 from components.envs.textworld_speedups import (
     NO_INDEX,
+    FactSet,
     keyed_sorted,
     ni_without_index,
     use_keyed_fact_sort,
@@ -52,6 +53,58 @@ def test_other_lists_and_calls_with_a_key_go_to_the_builtin_sort():
     assert fast([]) == []
     with pytest.raises(TypeError):  # mixed types still fail as the builtin does
         fast([logic.Proposition("at", []), 1])
+
+
+def test_a_fact_set_sorts_as_its_members_do_after_every_change():
+    rng = random.Random(1)
+    fast = keyed_sorted(logic.Proposition)
+    pool = _random_propositions(rng, 40)
+    facts = FactSet(pool[:10])
+    changes = [
+        lambda s: s.add(rng.choice(pool)),
+        lambda s: s.discard(rng.choice(pool)),
+        lambda s: s.remove(next(iter(s))) if s else None,
+        lambda s: s.pop() if s else None,
+        lambda s: s.update(rng.sample(pool, 3)),
+        lambda s: s.difference_update(rng.sample(pool, 5)),
+        lambda s: s.intersection_update(rng.sample(pool, 30)),
+        lambda s: s.symmetric_difference_update(rng.sample(pool, 4)),
+        lambda s: s.__ior__(set(rng.sample(pool, 2))),
+        lambda s: s.__isub__(set(rng.sample(pool, 2))),
+        lambda s: s.__iand__(set(rng.sample(pool, 35))),
+        lambda s: s.__ixor__(set(rng.sample(pool, 2))),
+        lambda s: s.clear() if rng.random() < 0.05 else None,
+    ]
+    for _ in range(300):
+        assert fast(facts) == builtins.sorted(facts)  # remembered or sorted anew
+        rng.choice(changes)(facts)
+    first = fast(facts)
+    first.append("the caller's list")  # sorted's result is the caller's to change
+    assert fast(facts) == builtins.sorted(facts)
+
+
+def test_a_fact_set_copy_keeps_the_order_and_changes_apart():
+    facts = FactSet(_random_propositions(random.Random(2), 12))
+    fast = keyed_sorted(logic.Proposition)
+    fast(facts)
+    twin = facts.copy()
+    assert type(twin) is FactSet and twin == facts and twin.order == facts.order
+    extra = logic.Proposition("zz", [])
+    twin.add(extra)
+    assert extra not in facts and fast(facts) == builtins.sorted(facts)
+    assert fast(twin) == builtins.sorted(twin)
+
+
+def test_states_keep_their_facts_in_fact_sets_once_installed():
+    use_keyed_fact_sort()
+    from textworld.logic import GameLogic, State
+
+    state = State(GameLogic(), [logic.Proposition("at", [logic.Variable("a", "P")])])
+    prop = logic.Proposition("in", [logic.Variable("b", "o")])
+    state.add_fact(prop)
+    assert all(type(s) is FactSet for s in state._facts.values())
+    assert all(type(s) is FactSet for s in state.copy()._facts.values())
+    assert state.is_fact(prop) and len(list(state.facts)) == 2
 
 
 def _play(game_file: str, walkthrough: list[str]) -> list[tuple]:

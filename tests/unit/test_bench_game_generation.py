@@ -23,5 +23,7 @@ def test_a_game_built_plain_and_fast_is_the_same_game(tmp_path, monkeypatch):
         built[fast] = build_once("quest", 2, 3, fast, tmp_path / str(fast))
     for key in ("game", "z8", "won"):
         assert built[True][key] == built[False][key]
+    # the plain build ran on TextWorld's own State.__init__; the fast one is back after it
+    assert hasattr(logic.State.__init__, "__wrapped__")
     assert built[True]["won"]  # the verified walkthrough wins
     assert all(built[True][s] > 0 for s in ("make", "compile", "verify"))
