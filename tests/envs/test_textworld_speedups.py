@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import builtins
+import copy
 import json
+import pickle
 import random
 
 import pytest
@@ -93,6 +95,13 @@ def test_a_fact_set_copy_keeps_the_order_and_changes_apart():
     twin.add(extra)
     assert extra not in facts and fast(facts) == builtins.sorted(facts)
     assert fast(twin) == builtins.sorted(twin)
+    # pickled to a worker or deep-copied: the same members, sorted as they are, and changes
+    # still forget the order
+    for other in (pickle.loads(pickle.dumps(twin)), copy.deepcopy(twin)):
+        assert type(other) is FactSet and other == twin
+        assert fast(other) == builtins.sorted(other) == builtins.sorted(twin)
+        other.discard(extra)
+        assert fast(other) == builtins.sorted(other) == builtins.sorted(facts)
 
 
 def test_states_keep_their_facts_in_fact_sets_once_installed():
