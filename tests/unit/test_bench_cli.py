@@ -13,7 +13,6 @@ import os
 import re
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -37,7 +36,6 @@ HEAVY = {
     "triton",
     "trl",
 }
-QUICK_S = 20.0  # a loaded 2-core machine; an interpreter start is a fraction of this
 
 
 def _runnable() -> list[str]:
@@ -55,13 +53,12 @@ def _runnable() -> list[str]:
 MODULES = _runnable()
 
 
-def _run(module: str, *args: str, cwd: Path) -> tuple[subprocess.CompletedProcess[str], float]:
+def _run(module: str, *args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     env = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
     }
-    start = time.perf_counter()
-    proc = subprocess.run(
+    return subprocess.run(
         [sys.executable, "-X", "importtime", "-m", f"bench.{module}", *args],
         cwd=cwd,
         env=env,
@@ -69,7 +66,6 @@ def _run(module: str, *args: str, cwd: Path) -> tuple[subprocess.CompletedProces
         text=True,
         timeout=120,
     )
-    return proc, time.perf_counter() - start
 
 
 def _imported(stderr: str) -> set[str]:
@@ -94,7 +90,7 @@ def test_the_runnable_modules_are_found():
 
 @pytest.mark.parametrize("module", MODULES)
 def test_help_describes_the_module_and_does_nothing(module: str, tmp_path: Path):
-    proc, seconds = _run(module, "--help", cwd=tmp_path)
+    proc = _run(module, "--help", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.startswith(f"usage: python -m bench.{module}")
     assert _first_paragraph(module) in " ".join(proc.stdout.split())
@@ -104,12 +100,11 @@ def test_help_describes_the_module_and_does_nothing(module: str, tmp_path: Path)
         assert name in proc.stdout, f"{name} missing from bench.{module} --help"
     assert not HEAVY & _imported(proc.stderr), sorted(HEAVY & _imported(proc.stderr))
     assert not list(tmp_path.iterdir()), "--help wrote files"
-    assert seconds < QUICK_S
 
 
 @pytest.mark.parametrize("module", MODULES)
 def test_an_unknown_option_is_an_error(module: str, tmp_path: Path):
-    proc, _ = _run(module, "--no-such-option", cwd=tmp_path)
+    proc = _run(module, "--no-such-option", cwd=tmp_path)
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert "usage: python -m bench." in proc.stderr
     assert not HEAVY & _imported(proc.stderr)
