@@ -1,7 +1,8 @@
 """A child process for the RL crash test: ``train_rl`` on a tiny policy and real TextWorld.
 
-``python -m tests.reliability.rl_trainer ROOT OUT LEDGER ALGO PAUSE_S`` trains for 6 rounds
-(GRPO or PPO), checkpointing every round, and books every real env step to LEDGER as
+``python -m tests.reliability.rl_trainer ROOT OUT LEDGER ALGO POLICY PAUSE_S`` trains for 6
+rounds (GRPO or PPO) a ``scorer`` (the cpu profile's policy) or a tiny ``lm`` policy (the
+gpu profile's kind), checkpointing every round, and books every real env step to LEDGER as
 ``<pid> <round>`` lines (an account of the steps independent of the trainer's counter).
 It prints ``ROUND <n> <real steps>`` after each round and ``SUMMARY <json>`` at the end.
 """
@@ -19,11 +20,10 @@ ROUNDS = 6
 
 
 def main(argv: list[str]) -> None:
-    """Train as the test asks (arguments: root, out dir, ledger, algorithm, pause per round)."""
+    """Train as the test asks (root, out dir, ledger, algorithm, policy, pause per round)."""
     import torch
 
-    from components.agent.policy import PolicySettings
-    from components.agent.policy_model import PolicyModel
+    from components.agent.scorer import ScorerPolicy, ScorerSettings
     from components.agent.train import train_rl
     from components.envs.textworld_env import TextWorldEnv
     from components.envs.textworld_tasks import load_task_suite
@@ -32,7 +32,7 @@ def main(argv: list[str]) -> None:
 
     torch.set_num_threads(1)  # deterministic and fair on a shared machine
     root, out, ledger = Path(argv[0]), Path(argv[1]), Path(argv[2])
-    algo, pause = argv[3], float(argv[4])
+    algo, kind, pause = argv[3], argv[4], float(argv[5])
     tasks = [t for t in load_task_suite(root / "data" / "tasks") if t.split == "train"]
     current = [0]
 
@@ -63,10 +63,16 @@ def main(argv: list[str]) -> None:
         if algo == "grpo"
         else ppo_config(minibatch_size=4, **common)
     )
-    texts = [t.instruction for t in tasks] + ["<action>look</action> Location: Inventory:"]
-    policy = PolicyModel.tiny(
-        texts * 5, preset="nano", vocab_size=400, settings=PolicySettings(with_reasoning=False)
-    )
+    if kind == "scorer":  # no transformers to import: the child starts in a third the time
+        policy: Any = ScorerPolicy(ScorerSettings(max_steps=3), seed=0)
+    else:
+        from components.agent.policy import PolicySettings
+        from components.agent.policy_model import PolicyModel
+
+        texts = [t.instruction for t in tasks] + ["<action>look</action> Location: Inventory:"]
+        policy = PolicyModel.tiny(
+            texts * 5, preset="nano", vocab_size=400, settings=PolicySettings(with_reasoning=False)
+        )
     summary = train_rl(
         policy,
         lambda: LedgerTextWorld(max_steps=3, root=root),
@@ -74,7 +80,7 @@ def main(argv: list[str]) -> None:
         cfg,
         out,
         log_fn=log_round,
-        fingerprint={"start": "tiny-nano-0"},
+        fingerprint={"start": f"{kind}-0"},
     )
     print("SUMMARY " + json.dumps(summary), flush=True)
 

@@ -168,20 +168,26 @@ def _summary(text: str) -> dict:
 
 
 def _weights(policy_dir: Path) -> dict:
+    import torch
     from safetensors.torch import load_file
 
+    from components.agent.scorer import WEIGHTS_FILE
+
+    if (policy_dir / WEIGHTS_FILE).exists():  # a scoring policy
+        return torch.load(policy_dir / WEIGHTS_FILE, weights_only=True)
     return load_file(str(policy_dir / "model.safetensors"))
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("algo", ["grpo", "ppo"])
+# both algorithms, both policy kinds: the cpu profile's scorer and the gpu profile's LM
+@pytest.mark.parametrize(("algo", "kind"), [("grpo", "scorer"), ("ppo", "lm")])
 def test_rl_training_killed_after_a_checkpoint_resumes_from_it(
-    tw_suite, tmp_path: Path, algo: str
+    tw_suite, tmp_path: Path, algo: str, kind: str
 ) -> None:
     from components.agent import checkpoint
 
     out, ledger = tmp_path / "run", tmp_path / "ledger.txt"
-    argv = rl_argv(str(tw_suite.root), str(out), str(ledger), algo, "0.4")
+    argv = rl_argv(str(tw_suite.root), str(out), str(ledger), algo, kind, "0.4")
     first_log = tmp_path / "first.log"
     proc = spawn(argv, child_env(), first_log)
     try:
@@ -235,7 +241,7 @@ def test_rl_training_killed_after_a_checkpoint_resumes_from_it(
     straight_out = tmp_path / "straight"
     straight_log = tmp_path / "straight.log"
     straight = spawn(
-        rl_argv(str(tw_suite.root), str(straight_out), str(tmp_path / "l2"), algo, "0"),
+        rl_argv(str(tw_suite.root), str(straight_out), str(tmp_path / "l2"), algo, kind, "0"),
         child_env(),
         straight_log,
     )
@@ -244,7 +250,7 @@ def test_rl_training_killed_after_a_checkpoint_resumes_from_it(
     a, b = _weights(out / "policy"), _weights(straight_out / "policy")
     assert a.keys() == b.keys() and all(torch_equal(a[k], b[k]) for k in a)
     print(
-        f"\n[crash/rl-{algo}] 6 rounds, killed after round {max(logged_before)} logged "
+        f"\n[crash/rl-{algo}-{kind}] 6 rounds, killed after round {max(logged_before)} logged "
         f"(checkpoint {resumed_at}), rerun did rounds {resumed_at + 1}-6: "
         f"rounds redone={len(redone)}, lost=0 duplicated=0, real steps {summary['real_steps']} "
         f"exact (uncheckpointed steps re-run: {lost_steps}), weights = uninterrupted run"
