@@ -128,6 +128,7 @@ def submit_all(
 def stop_pool(pool: ProcessPoolExecutor, wait_s: float = TERMINATE_WAIT_S) -> None:
     """Cancel the pool's pending work and end its workers now (SIGTERM, then SIGKILL)."""
     procs = list((getattr(pool, "_processes", None) or {}).values())
+    manager = getattr(pool, "_executor_manager_thread", None)  # shutdown() forgets it
     for p in procs:
         if p.is_alive():
             p.terminate()
@@ -139,6 +140,12 @@ def stop_pool(pool: ProcessPoolExecutor, wait_s: float = TERMINATE_WAIT_S) -> No
         if p.is_alive():
             p.kill()
             p.join(1.0)
+    # the pool's manager thread, seeing its workers gone, closes its wakeup pipe; CPython
+    # 3.11 writes to that pipe at interpreter exit without a lock (concurrent.futures'
+    # _python_exit), so a manager still running then races it and the interrupted
+    # command ended with "Exception ignored ... OSError: [Errno 9] Bad file descriptor"
+    if manager is not None:
+        manager.join(wait_s)
 
 
 @contextmanager
