@@ -144,14 +144,14 @@ def _real_prompts(n: int) -> list[Any]:
     from components.config import PARAMS_FILE, Paths, load_config
     from components.experience.dataset import PromptSettings, build_examples, select_transitions
     from components.experience.sft import load_meta
-    from components.stages.experience import _load_trajectories, open_retriever
+    from components.stages.experience import load_trajectories, open_retriever
 
     model_dir = next(p for p in MODEL_DIRS if (p / "experience_model.json").exists())
     cfg = load_config(PARAMS_FILE, profile="cpu")
     paths = Paths(Path(".").resolve())
     settings = PromptSettings(**load_meta(model_dir)["prompt"])
     retriever = open_retriever(cfg, paths, settings.k)
-    pairs = select_transitions(_load_trajectories(paths), "validation", n, cfg.experience.seed)
+    pairs = select_transitions(load_trajectories(paths), "validation", n, cfg.experience.seed)
     examples, _ = build_examples(pairs, settings, None, retriever, require_reasoning=False)
     return [list(ex.messages) for ex in examples][:n]
 
@@ -363,7 +363,7 @@ def measure_sft(model_info: dict[str, Any]) -> dict[str, Any]:
     from components.experience.sft import train_sft
     from components.lm.models import build_tiny_model
     from components.lm.tokenizer import train_tokenizer
-    from components.stages.experience import _load_trajectories, open_retriever, prompt_settings
+    from components.stages.experience import load_trajectories, open_retriever, prompt_settings
     from components.teacher.annotate import load_annotations
 
     cfg = load_config(PARAMS_FILE, profile="cpu")
@@ -380,7 +380,7 @@ def measure_sft(model_info: dict[str, Any]) -> dict[str, Any]:
     settings = prompt_settings(cfg)
     n = SFT_STEPS * ecfg.batch_size * ecfg.grad_accum
     train, _ = build_examples(
-        select_transitions(_load_trajectories(paths), "train", n, ecfg.seed),
+        select_transitions(load_trajectories(paths), "train", n, ecfg.seed),
         settings,
         load_annotations(paths.annotations_file),
         open_retriever(cfg, paths, settings.k),

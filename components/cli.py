@@ -272,7 +272,7 @@ STAGES: tuple[Stage, ...] = (
     ),
     Stage(
         "evaluate-fidelity",
-        "experience:evaluate_fidelity",
+        "fidelity:evaluate_fidelity",
         "Fidelity of every trained variant on validation transitions (+ open-loop rollouts).",
     ),
     Stage(

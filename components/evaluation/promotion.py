@@ -14,7 +14,7 @@ negated, and their CI flipped):
 Both numbers must come from the same held-out evaluation (the real test split); the
 evaluation stage records them as model-version tags (``metric_tags``), and
 ``apply_promotion`` reads them back, decides, moves the ``champion`` alias through
-components/tracking.py and records the decision on the candidate version.
+components/model_registry.py and records the decision on the candidate version.
 
 Quality floors come first, champion or not (a model with reward accuracy 0 must never
 serve): every floor metric of the candidate must **beat its trivial baseline** on the
@@ -210,16 +210,16 @@ def apply_promotion(
     ``floors``: metrics the candidate must beat its trivial baseline on (``baseline_tags``)
     before it is compared with the champion at all.
     """
-    from components import tracking
+    from components import model_registry, tracking
 
     tracking.configure(root)
     if name.endswith(ABLATION_SUFFIX):
         return Decision(False, f"{name} is an ablation: never promoted")
-    cand = tracking.model_version_by_alias(name, candidate_alias)
+    cand = model_registry.model_version_by_alias(name, candidate_alias)
     if cand is None:
         return Decision(False, f"no {name}@{candidate_alias}")
     cand_version, cand_tags = cand
-    champ = tracking.model_version_by_alias(name, champion_alias)
+    champ = model_registry.model_version_by_alias(name, champion_alias)
     champ_version = champ[0] if champ else None
     if champ_version == cand_version:
         return Decision(
@@ -248,8 +248,8 @@ def apply_promotion(
         decision.promote, decision.reason, decision.improvement, cand_version, champ_version
     )
     if decision.promote:
-        tracking.set_model_alias(name, champion_alias, cand_version)
-    tracking.tag_model_alias(
+        model_registry.set_model_alias(name, champion_alias, cand_version)
+    model_registry.tag_model_alias(
         name,
         candidate_alias,
         {
@@ -340,7 +340,7 @@ def apply_policy_promotion(
     ``seed_of``: the training seed whose policy each method registered (None: rank and
     tag on the mean over seeds).
     """
-    from components import tracking
+    from components import model_registry, tracking
 
     if ablation is not None:
         return Decision(False, f"an ablation run ({ablation}): never promoted")
@@ -364,7 +364,9 @@ def apply_policy_promotion(
     # the fresh ones.
     baseline = baseline_tags(POLICY_METRIC, float(random_row["success"]))
     tagged = {
-        m: tracking.tag_model_alias(name, m, {**metric_tags(POLICY_METRIC, held_out), **baseline})
+        m: model_registry.tag_model_alias(
+            name, m, {**metric_tags(POLICY_METRIC, held_out), **baseline}
+        )
         for m, held_out in _held_out_rows(rows, seed_of).items()
     }
     if tagged.get(method) is None:

@@ -59,7 +59,7 @@ def register(run: Any, cfg: Config, out: Path, method: str, tags: dict[str, Any]
     An ablation run registers under ``policy-ablation`` with no alias (promotion.py).
     """
     from components.evaluation.promotion import registry_target
-    from components.tracking import register_model_dir
+    from components.model_registry import register_model_dir
 
     name, aliases, extra = registry_target(
         REGISTERED_MODEL, (CANDIDATE_ALIAS, method), cfg.ablation.model_dump()
@@ -287,9 +287,10 @@ def evaluate_policy(cfg: Config, paths: Paths, method: str) -> dict[str, Any]:
     from components.agent.loading import is_policy_dir
     from components.agent.table1 import GREEDY, SAMPLED, mode_summary
     from components.evaluation.promotion import ablation_of
+    from components.model_registry import tag_model_alias
     from components.stages.data import load_tasks
     from components.stages.parallel import run_jobs
-    from components.tracking import stage_run, tag_model_alias
+    from components.tracking import stage_run
 
     start = time.perf_counter()
     seeds = cfg.seeds_of(method)  # the method's training seeds (random: agent.seeds)

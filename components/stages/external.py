@@ -63,7 +63,8 @@ def resolve_policy(spec: str, paths: Paths, scratch: Path) -> tuple[list[Any], d
         return _policy_dirs(folder), {"policy": spec, "policy_dir": str(folder)}
     name, at, alias = spec.partition("@")
     if at and name and alias:
-        from components.tracking import configure, download_model_version
+        from components.model_registry import download_model_version
+        from components.tracking import configure
 
         configure(paths.root)
         version, local = download_model_version(name, alias, scratch)

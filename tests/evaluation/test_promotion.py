@@ -89,7 +89,7 @@ def test_metric_validation_and_tag_round_trip():
 def test_apply_promotion_moves_the_champion_alias(tmp_path: Path):
     from mlflow import MlflowClient
 
-    from components import tracking
+    from components import model_registry, tracking
 
     cfg = load_config(ROOT / "params.yaml", profile="ci")
     model_dir = tmp_path / "model"
@@ -99,27 +99,29 @@ def test_apply_promotion_moves_the_champion_alias(tmp_path: Path):
 
     def register(value: float, low: float, high: float) -> str:
         with tracking.stage_run("evaluate", "agent", cfg, (), tmp_path) as run:
-            version = tracking.register_model_dir(run, model_dir, name, aliases=(CANDIDATE,))
-            tracking.tag_model_alias(name, CANDIDATE, metric_tags("success", m(value, low, high)))
+            version = model_registry.register_model_dir(run, model_dir, name, aliases=(CANDIDATE,))
+            model_registry.tag_model_alias(
+                name, CANDIDATE, metric_tags("success", m(value, low, high))
+            )
         return version
 
     assert apply_promotion(tmp_path, name, "success", 0.02).reason.startswith("no policy@")
     v1 = register(0.30, 0.20, 0.40)
     d1 = apply_promotion(tmp_path, name, "success", 0.02)
     assert d1.promote and d1.candidate_version == v1 and d1.champion_version is None
-    assert tracking.model_version_by_alias(name, CHAMPION)[0] == v1
+    assert model_registry.model_version_by_alias(name, CHAMPION)[0] == v1
     assert apply_promotion(tmp_path, name, "success", 0.02).reason.startswith("candidate is")
 
     v2 = register(0.31, 0.21, 0.41)  # +0.01: kept out
     d2 = apply_promotion(tmp_path, name, "success", 0.02)
-    assert not d2.promote and tracking.model_version_by_alias(name, CHAMPION)[0] == v1
+    assert not d2.promote and model_registry.model_version_by_alias(name, CHAMPION)[0] == v1
     tags = MlflowClient().get_model_version(name, v2).tags
     assert tags["promotion.decision"] == "kept champion" and tags["promotion.compared_to"] == v1
 
     v3 = register(0.50, 0.40, 0.60)
     d3 = apply_promotion(tmp_path, name, "success", 0.02)
     assert d3.promote and d3.champion_version == v1
-    assert tracking.model_version_by_alias(name, CHAMPION)[0] == v3
+    assert model_registry.model_version_by_alias(name, CHAMPION)[0] == v3
     assert MlflowClient().get_model_version(name, v3).tags["promotion.decision"] == "promoted"
 
     # another env's candidate was measured on other test tasks: never compared
@@ -131,7 +133,7 @@ def test_apply_promotion_moves_the_champion_alias(tmp_path: Path):
     assert not d4.promote and "measured on env textworld, the candidate on scienceworld" in (
         d4.reason
     )
-    assert tracking.model_version_by_alias(name, CHAMPION)[0] == v3
+    assert model_registry.model_version_by_alias(name, CHAMPION)[0] == v3
 
 
 # --- quality floors, ablations, policy@champion from Table 1 (issue 23, item 5) ----------
@@ -215,7 +217,7 @@ def _ci_config_and_model(tmp_path: Path) -> tuple[Config, Path]:
 def test_experience_floors_and_ablations_through_the_registry(tmp_path: Path):
     from mlflow import MlflowClient
 
-    from components import tracking
+    from components import model_registry, tracking
     from components.stages.experience import REGISTERED_MODEL, register_experience_model
 
     cfg, model_dir = _ci_config_and_model(tmp_path)
@@ -230,7 +232,7 @@ def test_experience_floors_and_ablations_through_the_registry(tmp_path: Path):
                 **_floor_tags("state_exact_match", state_em, 0.043),
                 **_floor_tags("state_token_f1", 0.78, 0.73),
             }
-            tracking.tag_model_alias(REGISTERED_MODEL, CANDIDATE, tags)
+            model_registry.tag_model_alias(REGISTERED_MODEL, CANDIDATE, tags)
         return version
 
     def promote():
@@ -239,12 +241,13 @@ def test_experience_floors_and_ablations_through_the_registry(tmp_path: Path):
     register(0.0, 0.28)  # reward accuracy 0: no champion yet, still refused
     d = promote()
     assert not d.promote and d.reason.startswith("quality floor: reward_accuracy 0.0000")
-    assert tracking.model_version_by_alias(REGISTERED_MODEL, CHAMPION) is None
+    assert model_registry.model_version_by_alias(REGISTERED_MODEL, CHAMPION) is None
     register(0.97, 0.01)  # worse than "nothing changes" on the next state
     assert "state_exact_match 0.0100 does not beat" in promote().reason
     v3 = register(0.97, 0.28)
     assert (
-        promote().promote and tracking.model_version_by_alias(REGISTERED_MODEL, CHAMPION)[0] == v3
+        promote().promote
+        and model_registry.model_version_by_alias(REGISTERED_MODEL, CHAMPION)[0] == v3
     )
 
     # an ablation experiment: its own registered model, no alias anywhere, never promoted
@@ -256,7 +259,7 @@ def test_experience_floors_and_ablations_through_the_registry(tmp_path: Path):
     client = MlflowClient()
     mv = client.get_model_version(f"{REGISTERED_MODEL}-ablation", version)
     assert mv.tags["ablation"] == "no_replay" and not mv.aliases
-    assert tracking.model_version_by_alias(REGISTERED_MODEL, CANDIDATE)[0] == v3
+    assert model_registry.model_version_by_alias(REGISTERED_MODEL, CANDIDATE)[0] == v3
     d = apply_promotion(tmp_path, f"{REGISTERED_MODEL}-ablation", "reward_accuracy", 0.02)
     assert not d.promote and "ablation" in d.reason
 
@@ -277,13 +280,13 @@ def _table1(**success: float) -> dict:
 @pytest.mark.integration
 @pytest.mark.timeout(180)
 def test_policy_champion_is_the_best_held_out_success_above_random(tmp_path: Path):
-    from components import tracking
+    from components import model_registry, tracking
 
     cfg, model_dir = _ci_config_and_model(tmp_path)
     versions = {}
     for method in ("sft", "dreamgym_grpo"):
         with tracking.stage_run("train", "agent", cfg, (), tmp_path) as run:
-            versions[method] = tracking.register_model_dir(
+            versions[method] = model_registry.register_model_dir(
                 run, model_dir, "policy", aliases=(CANDIDATE, method)
             )
 
@@ -293,7 +296,7 @@ def test_policy_champion_is_the_best_held_out_success_above_random(tmp_path: Pat
         not d.promote
         and d.reason == "quality floor: success 0.5000 does not beat its baseline 0.5000"
     )
-    assert tracking.model_version_by_alias("policy", CHAMPION) is None
+    assert model_registry.model_version_by_alias("policy", CHAMPION) is None
     assert "no random baseline" in apply_policy_promotion(tmp_path, _table1(sft=0.7), 0.02).reason
     two_envs = {**_table1(random=0.1, sft=0.7), "miniwob": {}}
     assert "expected one environment" in apply_policy_promotion(tmp_path, two_envs, 0.02).reason
@@ -303,24 +306,24 @@ def test_policy_champion_is_the_best_held_out_success_above_random(tmp_path: Pat
     # the best held-out success wins (not the last trained candidate, sft)
     d = apply_policy_promotion(tmp_path, _table1(random=0.16, sft=0.70, dreamgym_grpo=0.84), 0.02)
     assert d.promote and d.candidate_version == versions["dreamgym_grpo"]
-    assert tracking.model_version_by_alias("policy", CHAMPION)[0] == versions["dreamgym_grpo"]
+    assert model_registry.model_version_by_alias("policy", CHAMPION)[0] == versions["dreamgym_grpo"]
     # a lucky-looking sft within the margin does not displace it
     d = apply_policy_promotion(tmp_path, _table1(random=0.16, sft=0.85, dreamgym_grpo=0.84), 0.02)
     assert not d.promote and "below margin" in d.reason
     # a later Table 1 re-evaluates the champion lower: its tag is refreshed, so the best
     # method now is compared with the fresh figure, not the old 0.84
     d = apply_policy_promotion(tmp_path, _table1(random=0.16, sft=0.85, dreamgym_grpo=0.60), 0.02)
-    champion_tags = tracking.model_version_by_alias("policy", CHAMPION)[1]
+    champion_tags = model_registry.model_version_by_alias("policy", CHAMPION)[1]
     assert d.promote and d.candidate_version == versions["sft"], d.reason
     assert metric_from_tags(champion_tags, "success").value == 0.85
-    old_champion = tracking.model_version_by_alias("policy", "dreamgym_grpo")[1]
+    old_champion = model_registry.model_version_by_alias("policy", "dreamgym_grpo")[1]
     assert metric_from_tags(old_champion, "success").value == 0.60
     # an ablation run's Table 1 neither tags the normal run's versions nor promotes one
-    tags_before = tracking.model_version_by_alias("policy", "sft")[1]
+    tags_before = model_registry.model_version_by_alias("policy", "sft")[1]
     d = apply_policy_promotion(tmp_path, _table1(random=0.1, sft=0.99), 0.02, ablation="no_replay")
     assert not d.promote and d.reason == "an ablation run (no_replay): never promoted"
-    assert tracking.model_version_by_alias("policy", "sft")[1] == tags_before
-    assert tracking.model_version_by_alias("policy", CHAMPION)[0] == versions["sft"]
+    assert model_registry.model_version_by_alias("policy", "sft")[1] == tags_before
+    assert model_registry.model_version_by_alias("policy", CHAMPION)[0] == versions["sft"]
 
 
 @pytest.mark.integration
@@ -328,12 +331,14 @@ def test_policy_champion_is_the_best_held_out_success_above_random(tmp_path: Pat
 def test_promote_command_applies_both_rules_after_a_run(tmp_path: Path):
     from typer.testing import CliRunner
 
-    from components import tracking
+    from components import model_registry, tracking
     from components.cli import app
 
     cfg, model_dir = _ci_config_and_model(tmp_path)
     with tracking.stage_run("train", "agent", cfg, (), tmp_path) as run:
-        version = tracking.register_model_dir(run, model_dir, "policy", aliases=(CANDIDATE, "sft"))
+        version = model_registry.register_model_dir(
+            run, model_dir, "policy", aliases=(CANDIDATE, "sft")
+        )
     args = ["promote", "--params", str(ROOT / "params.yaml"), "--profile", "ci"]
     args += ["--root", str(tmp_path)]
     missing = CliRunner().invoke(app, args)
@@ -350,4 +355,4 @@ def test_promote_command_applies_both_rules_after_a_run(tmp_path: Path):
     assert out["policy"]["promoted"] and out["policy"]["version"] == version
     assert not out["experience_model"]["promoted"]  # none registered: refused with a reason
     assert out["experience_model"]["reason"]
-    assert tracking.model_version_by_alias("policy", CHAMPION)[0] == version
+    assert model_registry.model_version_by_alias("policy", CHAMPION)[0] == version

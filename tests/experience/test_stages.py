@@ -19,11 +19,8 @@ def test_train_then_evaluate_fidelity(tmp_path, trajectories, reasoning):
     import mlflow
 
     from components.artifacts import experience_checkpoint_dir, experience_model_dir
-    from components.stages.experience import (
-        REGISTERED_MODEL,
-        evaluate_fidelity,
-        train_experience_model,
-    )
+    from components.stages.experience import REGISTERED_MODEL, train_experience_model
+    from components.stages.fidelity import evaluate_fidelity
 
     cfg = load_config(ROOT / "params.yaml", profile="ci")
     cfg = cfg.model_copy(

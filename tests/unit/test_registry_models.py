@@ -25,11 +25,11 @@ def _episodes() -> list:
 
 
 def _register(tmp_path: Path, local_dir: Path, name: str, kind: str) -> str:
-    from components import tracking
+    from components import model_registry, tracking
 
     cfg = load_config(ROOT / "params.yaml", profile="ci")
     with tracking.stage_run("train", "test", cfg, (), tmp_path) as run:
-        return tracking.register_model_dir(run, local_dir, name, ("candidate",), kind=kind)
+        return model_registry.register_model_dir(run, local_dir, name, ("candidate",), kind=kind)
 
 
 @pytest.mark.integration
