@@ -196,6 +196,11 @@ def _element(ref: int, kind: str, body: str) -> Element:
     return Element(ref, kind, body)
 
 
+def clickable(ref: int) -> bool:
+    """Whether MiniWoB can click ``ref``: a text node's (negative) ref is no element."""
+    return ref > 0
+
+
 @dataclass(frozen=True)
 class ParsedAction:
     """A text action, parsed."""

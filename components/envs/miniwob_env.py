@@ -13,11 +13,13 @@ truncates instead.
 Observation: 3-20 relevant elements of the task area as ``[id] type: text`` lines
 (interactive ones first: text fields with their value, checkboxes/radios with their
 label and state, selects with their options, buttons, links, tree items, menu options;
-then static text), and a ``Feedback:`` line. Ids are MiniWoB's element refs.
+then static text), and a ``Feedback:`` line. Ids are MiniWoB's element refs; a run of
+text beside other elements is a text node with a negative id (``click [-2]`` is invalid:
+only elements can be clicked), numbered afresh in page order on every observation.
 
 Actions, parsed strictly (anything else is invalid: no browser action, state unchanged):
 
-* ``click [id]``            -> MiniWoB CLICK_ELEMENT
+* ``click [id]``            -> MiniWoB CLICK_ELEMENT (invalid where it fails: a text node)
 * ``type [id] "text"``      -> CLICK_ELEMENT, PRESS_KEY C-a, TYPE_TEXT (replaces the value)
 * ``select [id] "option"``  -> picks the option of a ``<select>`` (as Selenium's Select does)
 * ``press [id] key``        -> CLICK_ELEMENT, PRESS_KEY (Enter, Tab, Backspace, Delete,
@@ -204,6 +206,11 @@ class MiniWoBEnv(EpisodicEnv):
             )
         )
 
+    def _click(self, ref: int) -> bool:
+        """MiniWoB's CLICK_ELEMENT on ``ref``; False where it fails (a text node is no
+        element), which the package only logs as a warning."""
+        return self._js("return core.elementClick(arguments[0]);", ref) is True
+
     def _perform(self, action: dict[str, Any]) -> None:
         from miniwob.selenium_actions import execute_action_on_chromedriver
 
@@ -272,8 +279,12 @@ class MiniWoBEnv(EpisodicEnv):
         from miniwob.action import ActionTypes
 
         config = _action_config()
+        key = KEYS.get(parsed.arg.lower()) if parsed.verb == "press" else None
+        if parsed.verb == "press" and key is None:
+            return f"Invalid action: unknown key {parsed.arg!r}; keys: {sorted(KEYS)}.", False
+        if parsed.verb in ("click", "press") and not self._click(element.ref):
+            return f"Invalid action: [{element.ref}] {element.kind} cannot be clicked.", False
         if parsed.verb == "click":
-            self._perform(_mw_action(config, ActionTypes.CLICK_ELEMENT, ref=element.ref))
             return f"Clicked [{element.ref}] {element.kind}.", True
         if parsed.verb == "type":
             if element.kind not in TEXT_INPUTS:
@@ -281,7 +292,7 @@ class MiniWoBEnv(EpisodicEnv):
                     f"Invalid action: [{element.ref}] is a {element.kind}, not a text field.",
                     False,
                 )
-            self._perform(_mw_action(config, ActionTypes.CLICK_ELEMENT, ref=element.ref))
+            self._click(element.ref)  # a text field: always an element
             self._perform(_mw_action(config, ActionTypes.PRESS_KEY, key=_key_index("C-a")))
             if parsed.arg:
                 self._perform(_mw_action(config, ActionTypes.TYPE_TEXT, text=parsed.arg))
@@ -297,10 +308,6 @@ class MiniWoBEnv(EpisodicEnv):
                 return f'Invalid action: [{element.ref}] has no option "{parsed.arg}".', False
             self._js(_SELECT_JS, element.ref, parsed.arg)
             return f'Selected "{parsed.arg}" in [{element.ref}].', True
-        key = KEYS.get(parsed.arg.lower())
-        if key is None:
-            return f"Invalid action: unknown key {parsed.arg!r}; keys: {sorted(KEYS)}.", False
-        self._perform(_mw_action(config, ActionTypes.CLICK_ELEMENT, ref=element.ref))
         self._perform(_mw_action(config, ActionTypes.PRESS_KEY, key=_key_index(key)))
         return f"Pressed {parsed.arg} on [{element.ref}].", True
 
@@ -337,7 +344,9 @@ class MiniWoBEnv(EpisodicEnv):
     def _observe(
         self, feedback: str, valid: bool, done: bool, raw: Any
     ) -> tuple[str, dict[str, Any]]:
-        dom = self._js("return core.getDOMInfo();")
+        # MiniWoB numbers text nodes on from the last call; from -1 again, an unchanged
+        # page reads the same and a replay the same as live stepping
+        dom = self._js("core.nextTextRefCode = -1; return core.getDOMInfo();")
         selects = self._js(_SELECT_OPTIONS_JS) or {}
         self._elements = extract_elements(dom, selects, self.max_elements)
         raw_reward = float(raw or 0.0)

@@ -23,7 +23,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from functools import lru_cache, partial
 
-from components.envs.miniwob_dom import TEXT_INPUTS, Element, parse_action, parse_page, quoted
+from components.envs.miniwob_dom import (
+    TEXT_INPUTS,
+    Element,
+    clickable,
+    parse_action,
+    parse_page,
+    quoted,
+)
 
 _WORD = re.compile(r"[\w'-]+")
 _OVER = re.compile(r"\s*The episode is over: \w+\.$")
@@ -71,7 +78,7 @@ def page_edit(state: str, action: str) -> tuple[tuple[Element, ...], str, str, b
     if parsed.verb == "click" and kind == "radio":
         out = tuple(replace(e, value="false") if e.kind == "radio" else e for e in page)
         return _set(out, target, value="true"), parsed.verb, kind, True
-    valid = parsed.verb in ("click", "press")
+    valid = parsed.verb in ("click", "press") and clickable(target.ref)
     return page, parsed.verb, kind, valid
 
 

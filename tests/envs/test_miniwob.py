@@ -16,6 +16,7 @@ from components.envs.miniwob_env import (
     parse_action,
 )
 from components.envs.miniwob_tasks import SEED_RANGE, generate_task_suite
+from components.experience.grounded_page import page_edit
 from components.schema import Task
 from tests.envs.common import (
     assert_killed_engine_fails_the_episode,
@@ -123,6 +124,19 @@ def test_malformed_and_misdirected_actions_change_nothing(env: MiniWoBEnv, suite
         assert not info[VALID] and reward == 0 and not terminated and not info[LOST]
         assert _body(obs) == before
         assert info[FEEDBACK].startswith("Invalid action")
+
+
+def test_text_nodes_keep_their_ids_and_cannot_be_clicked(env: MiniWoBEnv, tmp_path: Path):
+    # click-link's paragraph mixes links with runs of text: MiniWoB's text nodes
+    task = generate_task_suite(_config(("click-link",)), tmp_path, progress=False)[0]
+    obs, _ = env.reset(task)
+    node = next(e for e in env.elements if e.ref < 0)
+    for bad in (f"click [{node.ref}]", f"press [{node.ref}] Enter"):
+        after, reward, terminated, _truncated, info = env.step(bad)
+        assert not info[VALID] and reward == 0 and not terminated
+        assert info[FEEDBACK] == f"Invalid action: [{node.ref}] text cannot be clicked."
+        assert _body(after) == _body(obs)  # the same page, its text nodes the same ids
+        assert page_edit(obs, bad)[3] is False  # the dream's page model agrees
 
 
 def test_typing_replaces_a_fields_value_and_typing_nothing_empties_it(

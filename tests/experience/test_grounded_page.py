@@ -137,6 +137,8 @@ def test_page_edit_sets_values_toggles_and_checks_one_radio() -> None:
             Element(7, "radio", "y", "false"),
             Element(8, "select", "", "Cuba", ("Cuba", "Chad")),
             Element(9, "button", "Submit"),
+            Element(10, "text", "Lorem"),
+            Element(-1, "text", "ipsum"),
         ],
         LOADED,
     )
@@ -155,6 +157,9 @@ def test_page_edit_sets_values_toggles_and_checks_one_radio() -> None:
     assert after('select [8] "Peru"')[1] is False  # no such option
     assert after('type [9] "hi"')[1] is False  # a button is no text field
     assert after("click [99]")[1] is False
+    assert after("click [10]")[1] is True  # a text element can be clicked...
+    assert after("click [-1]")[1] is False  # ...a text node (MiniWoB's negative ref) not
+    assert after("press [-1] Enter")[1] is False
     assert after("dance")[1] is False
     assert page_edit("Location: Hall\nFeedback: x", "click [4]") is None
 
