@@ -137,6 +137,9 @@ def extract_elements(root: dict[str, Any], selects: dict[str, Any], limit: int) 
             state = "collapsed" if "expandable" in classes else "expanded"
             interactive.append(Element(ref, "toggle", f"{name} ({state})", classes=classes))
             return
+        if in_area and tag == "span" and "alink" in classes.split():  # a link styled as text
+            interactive.append(Element(ref, "link", text, classes=classes))
+            return
         if in_area and tag == "span" and ("folder" in classes or "file" in classes):
             kind = "folder" if "folder" in classes else "file"
             interactive.append(Element(ref, kind, text, classes=classes))

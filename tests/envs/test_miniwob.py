@@ -126,11 +126,16 @@ def test_malformed_and_misdirected_actions_change_nothing(env: MiniWoBEnv, suite
         assert info[FEEDBACK].startswith("Invalid action")
 
 
-def test_text_nodes_keep_their_ids_and_cannot_be_clicked(env: MiniWoBEnv, tmp_path: Path):
+def test_links_styled_as_text_are_listed_and_text_nodes_cannot_be_clicked(
+    env: MiniWoBEnv, tmp_path: Path
+):
     # click-link's paragraph mixes links with runs of text: MiniWoB's text nodes
     task = generate_task_suite(_config(("click-link",)), tmp_path, progress=False)[0]
-    obs, _ = env.reset(task)
+    obs, info = env.reset(task)
+    links = [e for e in env.elements if e.kind == "link"]  # <span class="alink">
+    assert links and all(f"click [{e.ref}]" in info[ADMISSIBLE] for e in links)
     node = next(e for e in env.elements if e.ref < 0)
+    assert not any(f"[{node.ref}]" in a for a in info[ADMISSIBLE])
     for bad in (f"click [{node.ref}]", f"press [{node.ref}] Enter"):
         after, reward, terminated, _truncated, info = env.step(bad)
         assert not info[VALID] and reward == 0 and not terminated
