@@ -144,6 +144,17 @@ def test_links_styled_as_text_are_listed_and_text_nodes_cannot_be_clicked(
         assert page_edit(obs, bad)[3] is False  # the dream's page model agrees
 
 
+def test_coverage_survey_plays_a_page_no_expert_knows(env: MiniWoBEnv):
+    import random
+
+    from bench.miniwob_coverage import play_task, task_names
+
+    assert {"click-link", "drag-box", *TASKS} <= set(task_names())
+    row = play_task(env, "click-link", 2, random.Random(0))
+    assert not row["expert"] and row["episodes"] == 2 and row["admissible"] > 0
+    assert row["text_nodes"] > 0 and row["invalid"] == 0  # offered commands are all valid
+
+
 def test_typing_replaces_a_fields_value_and_typing_nothing_empties_it(
     env: MiniWoBEnv, suite: list[Task]
 ):
