@@ -37,6 +37,7 @@ from typing import Any
 from bench.common import bench_parser, cpu_name
 
 RESULTS = Path("bench/results/miniwob_coverage.json")
+SEED = 0
 ENV = {
     "BENCH_MW_EPISODES": "random episodes per task (default 4)",
     "BENCH_MW_STEPS": "step limit of each episode (default 8)",
@@ -111,14 +112,14 @@ def main() -> dict[str, Any]:
     episodes = int(os.environ.get("BENCH_MW_EPISODES", "4"))
     steps = int(os.environ.get("BENCH_MW_STEPS", "8"))
     names = [n for n in os.environ.get("BENCH_MW_TASKS", "").split(",") if n] or task_names()
-    rng = random.Random(0)
     tasks: dict[str, Any] = {}
     start = time.perf_counter()
     env = MiniWoBEnv(max_steps=steps)
     try:
         for name in progress_bar(names, desc="miniwob pages", unit="task"):
             try:
-                tasks[name] = play_task(env, name, episodes, rng)
+                # a generator per task: a change on one page leaves the others' draws alone
+                tasks[name] = play_task(env, name, episodes, random.Random(f"{SEED}/{name}"))
             except EnvError as err:  # one broken page must not end the survey
                 tasks[name] = {"error": str(err).splitlines()[0][:200]}
                 env.close()
@@ -140,7 +141,7 @@ def main() -> dict[str, Any]:
     out = {
         "episodes_per_task": episodes,
         "max_steps": steps,
-        "policy": "random over the admissible commands (seed 0)",
+        "policy": f"random over the admissible commands (seed {SEED}, one generator per task)",
         "summary": summary,
         "tasks": tasks,
         "cpu": cpu_name(),
