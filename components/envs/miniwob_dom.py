@@ -47,6 +47,19 @@ _INPUT_TYPES = {
     "a": "link",
 }
 _SKIP_IDS = {"query", "reward-display", "sync-task-cover", "click-canvas"}
+# controls drawn as empty spans (an icon by CSS): named by their class or id. The record
+# they act on (an email's sender, a post's @user) is added to the name, or ten "star"s
+# would read the same
+_ICON_CLASSES = {"trash", "star", "reply", "retweet", "like", "more"}
+_ICON_IDS = {
+    "close-email": "close",
+    "open-search": "search",
+    "close-reply": "close",
+    "send-reply": "send",
+    "close-forward": "close",
+    "send-forward": "send",
+}
+_BUTTON_CLASSES = {"email-reply", "email-forward"}  # a span with an icon and a word
 
 
 @dataclass(frozen=True)
@@ -104,12 +117,16 @@ def extract_elements(root: dict[str, Any], selects: dict[str, Any], limit: int) 
             return _text_of(siblings[i - 1])
         return ""
 
-    def visit(node: dict[str, Any], parent: dict[str, Any] | None, in_area: bool) -> None:
+    def visit(
+        node: dict[str, Any], parent: dict[str, Any] | None, in_area: bool, owner: str = ""
+    ) -> None:
         if node.get("id") in _SKIP_IDS:
             return
-        in_area = in_area or node.get("id") == "area"
         tag = str(node.get("tag", "")).lower()
         classes = str(node.get("classes") or "")
+        words = classes.split()
+        # a jQuery UI dialog is placed outside the task area, at the end of <body>
+        in_area = in_area or node.get("id") == "area" or "ui-dialog" in words
         ref = int(node.get("ref", 0))
         kind = _INPUT_TYPES.get(tag)
         text = _text_of(node)[:MAX_TEXT]
@@ -148,6 +165,10 @@ def extract_elements(root: dict[str, Any], selects: dict[str, Any], limit: int) 
             interactive.append(Element(ref, "option", text, classes=classes))
             return
         children = node.get("children", [])
+        if in_area and _widget(node, tag, words, text, owner, children, interactive):
+            return
+        if in_area and "media" in words:  # a post: its controls act on its @user
+            owner = _text_of(_first(node, "username") or {})
         if in_area and not children and text and tag not in ("label",) and ref > 0:
             static.append(Element(ref, "text", text, classes=classes, interactive=False))
             return
@@ -155,13 +176,69 @@ def extract_elements(root: dict[str, Any], selects: dict[str, Any], limit: int) 
             static.append(Element(ref, "text", text, classes=classes, interactive=False))
             return
         for child in children:
-            visit(child, node, in_area)
+            visit(child, node, in_area, owner)
 
     visit(root, None, False)
     # label elements of inputs are already shown with their input
     labels = {e.text for e in interactive if e.kind in (*TEXT_INPUTS, "checkbox", "radio")}
     static = [e for e in static if e.text not in labels]
     return (interactive + static)[:limit]
+
+
+def _widget(
+    node: dict[str, Any],
+    tag: str,
+    words: list[str],
+    text: str,
+    owner: str,
+    children: list[dict[str, Any]],
+    interactive: list[Element],
+) -> bool:
+    """The task widgets read from their class or id (True: ``node`` is done): jQuery UI
+    accordion headers, the email inbox's rows and icons, the social feed's controls and
+    menus. Their controls are clickable ``div``/``span``s, static text to the rules above."""
+    ref = int(node.get("ref", 0))
+    classes = " ".join(words)
+    if "ui-accordion-header" in words:
+        interactive.append(Element(ref, "section", text, classes=classes))
+        return True
+    if "email-thread" in words:
+        # one row per email, its sender and subject; its trash and star icons are left
+        # to the opened email (which has them too), so ten emails fit the state
+        sender = _text_of(_first(node, "email-sender") or {})
+        subject = _text_of(_first(node, "email-subject") or {})
+        interactive.append(
+            Element(ref, "email", f"{sender}: {subject}"[:MAX_TEXT], classes=classes)
+        )
+        return True
+    icon = next((w for w in words if w in _ICON_CLASSES), None) or _ICON_IDS.get(
+        str(node.get("id") or "")
+    )
+    if icon is not None and not text:
+        name = f"{icon} ({owner})" if owner else icon
+        interactive.append(Element(ref, "icon", name, classes=classes))
+        return True
+    if tag == "span" and any(w in _BUTTON_CLASSES for w in words):
+        interactive.append(Element(ref, "button", text, classes=classes))
+        return True
+    if tag == "ul" and owner:  # the menu a post's "more" opens
+        for item in children:
+            if str(item.get("tag", "")).lower() == "li":
+                label = _text_of(item)[:MAX_TEXT]
+                interactive.append(Element(int(item.get("ref", 0)), "option", label))
+        return True
+    return False
+
+
+def _first(node: dict[str, Any], cls: str) -> dict[str, Any] | None:
+    """The first descendant of ``node`` with class ``cls``, depth first."""
+    for child in node.get("children", []):
+        if cls in str(child.get("classes") or "").split():
+            return child
+        found = _first(child, cls)
+        if found is not None:
+            return found
+    return None
 
 
 def render_state(elements: list[Element], feedback: str) -> str:

@@ -35,9 +35,16 @@ from components.envs.miniwob_dom import (
 _WORD = re.compile(r"[\w'-]+")
 _OVER = re.compile(r"\s*The episode is over: \w+\.$")
 FEEDBACK = "Feedback: "
-CLICKABLE = ("button", "link", "file", "folder", "span", "div", "option", "toggle")
+CLICKABLE = (
+    *("button", "link", "file", "folder", "span", "div", "option", "toggle"),
+    *("icon", "email", "section"),  # miniwob_dom's widgets (inbox, feed, accordion)
+)
 # what a click lands on, grouped by what it tends to do (submit, open, expand, set)
-CLICK_GROUPS = (("button",), ("link", "file", "span", "div", "option"), ("folder", "toggle"))
+CLICK_GROUPS = (
+    ("button", "icon"),
+    ("link", "file", "span", "div", "option", "email"),
+    ("folder", "toggle", "section"),
+)
 # kinds whose label a generated instruction may name instead (same page, another target)
 _SWAP_KINDS = ("checkbox", "radio", "file", "folder")
 # a link that turns pages of a list (search results) rather than choosing an entry of it

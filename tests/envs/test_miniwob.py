@@ -8,6 +8,7 @@ import pytest
 
 from components.config import Config, EnvConfig, MiniWoBConfig, SplitCountsConfig
 from components.envs.base import ADMISSIBLE, FEEDBACK, LOST, VALID, WON
+from components.envs.miniwob_dom import quoted
 from components.envs.miniwob_env import (
     DEFAULT_CHROME,
     DEFAULT_CHROMEDRIVER,
@@ -142,6 +143,21 @@ def test_links_styled_as_text_are_listed_and_text_nodes_cannot_be_clicked(
         assert info[FEEDBACK] == f"Invalid action: [{node.ref}] text cannot be clicked."
         assert _body(after) == _body(obs)  # the same page, its text nodes the same ids
         assert page_edit(obs, bad)[3] is False  # the dream's page model agrees
+
+
+def test_a_dialog_outside_the_task_area_is_played(env: MiniWoBEnv, tmp_path: Path):
+    # click-dialog-2's jQuery UI dialog sits outside #area: it offered no command before
+    tasks = generate_task_suite(_config(("click-dialog-2",)), tmp_path, progress=False)
+    for task in tasks[:3]:
+        _obs, info = env.reset(task)
+        buttons = {e.text: e.ref for e in env.elements if e.kind == "button"}
+        assert set(buttons) == {"Close", "Cancel", "OK"}
+        assert {f"click [{r}]" for r in buttons.values()} <= set(info[ADMISSIBLE])
+        label = quoted(env.utterance)[0]  # "OK", "Cancel" or "x" (the close button)
+        _obs, reward, terminated, _truncated, info = env.step(
+            f"click [{buttons['Close' if label == 'x' else label]}]"
+        )
+        assert terminated and reward == 1 and info[VALID]
 
 
 def test_coverage_survey_plays_a_page_no_expert_knows(env: MiniWoBEnv):
