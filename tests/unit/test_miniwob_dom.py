@@ -4,7 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from components.envs.miniwob_dom import Element, admissible_actions, extract_elements
+from components.envs.miniwob_dom import (
+    Element,
+    admissible_actions,
+    extract_elements,
+    parse_page,
+    render_state,
+)
 
 _REF = iter(range(1, 10_000))
 
@@ -145,3 +151,7 @@ def test_a_posts_controls_and_menu_name_its_user() -> None:
         ("option", "Mute @bo", True),
     ]
     assert shown[7:] == [("text", "Name", False), ("text", "@ann", False)]
+    # the dream reads the rendered state back: the widgets' kinds and names survive
+    elements = extract_elements(_page(post("@ann", False), post("@bo", True)), {}, 9)
+    back = parse_page(render_state(elements, "ok"))
+    assert [(e.ref, e.kind, e.text) for e in back] == [(e.ref, e.kind, e.text) for e in elements]
