@@ -160,6 +160,22 @@ def test_a_dialog_outside_the_task_area_is_played(env: MiniWoBEnv, tmp_path: Pat
         assert terminated and reward == 1 and info[VALID]
 
 
+def test_an_inbox_is_played_by_opening_the_named_email(env: MiniWoBEnv, tmp_path: Path):
+    # email-inbox-important: "Find the email by <sender> and click the star icon ..."
+    tasks = generate_task_suite(_config(("email-inbox-important",)), tmp_path, progress=False)
+    for task in tasks[:2]:
+        _obs, info = env.reset(task)
+        sender = env.utterance.split(" by ")[1].split()[0]
+        rows = {e.text.split(":")[0]: e.ref for e in env.elements if e.kind == "email"}
+        assert sender in rows and f"click [{rows[sender]}]" in info[ADMISSIBLE]
+        _obs, reward, terminated, _truncated, info = env.step(f"click [{rows[sender]}]")
+        assert not terminated and info[VALID]
+        star = next(e.ref for e in env.elements if (e.kind, e.text) == ("icon", "star"))
+        assert f"click [{star}]" in info[ADMISSIBLE]
+        _obs, reward, terminated, _truncated, info = env.step(f"click [{star}]")
+        assert terminated and reward == 1
+
+
 def test_coverage_survey_plays_a_page_no_expert_knows(env: MiniWoBEnv):
     import random
 
