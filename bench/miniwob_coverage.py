@@ -41,6 +41,7 @@ SEED = 0
 ENV = {
     "BENCH_MW_EPISODES": "random episodes per task (default 4)",
     "BENCH_MW_STEPS": "step limit of each episode (default 8)",
+    "BENCH_MW_ELEMENTS": "elements a state lists (default 20, the env's; social-media needs 60)",
     "BENCH_MW_TASKS": "comma-separated task names (default: every page the package ships)",
 }
 
@@ -111,10 +112,11 @@ def main() -> dict[str, Any]:
         return {}
     episodes = int(os.environ.get("BENCH_MW_EPISODES", "4"))
     steps = int(os.environ.get("BENCH_MW_STEPS", "8"))
+    elements = int(os.environ.get("BENCH_MW_ELEMENTS", "20"))
     names = [n for n in os.environ.get("BENCH_MW_TASKS", "").split(",") if n] or task_names()
     tasks: dict[str, Any] = {}
     start = time.perf_counter()
-    env = MiniWoBEnv(max_steps=steps)
+    env = MiniWoBEnv(max_steps=steps, max_elements=elements)
     try:
         for name in progress_bar(names, desc="miniwob pages", unit="task"):
             try:
@@ -123,7 +125,7 @@ def main() -> dict[str, Any]:
             except EnvError as err:  # one broken page must not end the survey
                 tasks[name] = {"error": str(err).splitlines()[0][:200]}
                 env.close()
-                env = MiniWoBEnv(max_steps=steps)
+                env = MiniWoBEnv(max_steps=steps, max_elements=elements)
     finally:
         env.close()
     played = {n: t for n, t in tasks.items() if "error" not in t}
@@ -141,6 +143,7 @@ def main() -> dict[str, Any]:
     out = {
         "episodes_per_task": episodes,
         "max_steps": steps,
+        "max_elements": elements,
         "policy": f"random over the admissible commands (seed {SEED}, one generator per task)",
         "summary": summary,
         "tasks": tasks,
