@@ -144,9 +144,10 @@ def retrain(
     cfg: Any, root: Path, name: str, kind: str, algo: str, seeds: Sequence[int] = SEEDS
 ) -> list[dict[str, Any]]:
     """Each of ``seeds``' ``kind`` run (s2r / dreamgym) on the project, as selection_<name>."""
+    from components.artifacts import DREAMGYM, S2R
     from components.config import Paths
     from components.stages.parallel import run_jobs
-    from components.stages.rl import DREAMGYM, S2R, rl_seed
+    from components.stages.rl_seed import rl_seed
 
     kinds = {"s2r": S2R, "dreamgym": DREAMGYM}
     jobs = [(cfg, Paths(root), algo, kinds[kind], s, None, RETRAINED + name) for s in seeds]

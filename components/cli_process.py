@@ -64,7 +64,7 @@ def _known_error(err: BaseException) -> tuple[int, str] | None:
     mods = sys.modules
     teacher, annotate = mods.get("components.teacher.base"), mods.get("components.teacher.annotate")
     buffer = mods.get("components.buffer.store")
-    rl = mods.get("components.stages.rl")
+    rl = mods.get("components.stages.rl_seed")
     if rl and isinstance(err, rl.NoUpdateError):
         return EXIT_ERROR, str(err)
     if isinstance(err, ConfigError):

@@ -110,7 +110,7 @@ def measure_run(
     )
     from components.evaluation.judge import GroundedJudge
     from components.evaluation.theorem1 import IterationTerms, model_errors
-    from components.stages.rl import read_history
+    from components.stages.rl_seed import read_history
 
     t1 = cfg.theorem1
     method = dreamgym_method(algo)

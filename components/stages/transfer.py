@@ -94,7 +94,7 @@ def _s2r_seed(
     cfg: Config, paths: Paths, algo: str, seed: int, init_dir: Path, method: str, reward: str
 ) -> dict[str, Any]:
     """Worker: one seed's S2R from a foreign policy; a run with no update is reported."""
-    from components.stages.rl import REAL_RL, NoUpdateError, rl_seed
+    from components.stages.rl_seed import REAL_RL, NoUpdateError, rl_seed
 
     # real RL: re-grounding would continue the foreign policy in this env's dream, which is
     # in-domain DreamGym training, not transfer of what the source env taught it

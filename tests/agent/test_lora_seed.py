@@ -50,7 +50,7 @@ def test_fresh_adapters_depend_on_the_seed_only(saved_lm_policy: Path, one_threa
 
 def test_rl_runs_load_their_start_with_a_seed_of_their_own(tmp_path: Path, monkeypatch) -> None:
     import components.agent.loading as loading
-    import components.stages.rl as rl
+    import components.stages.rl_seed as rl
     from components.artifacts import REAL
 
     seeds: list[Any] = []

@@ -33,7 +33,7 @@ def test_one_vector_env_contract_tells_a_batch_from_a_single_env() -> None:
 
 def test_s2r_runs_get_their_own_rounds_and_aggregation() -> None:
     from components.artifacts import DREAMGYM, REAL, S2R
-    from components.stages.rl import algo_config
+    from components.stages.rl_seed import algo_config
 
     cfg = load_config(ROOT / "params.yaml", profile="cpu")
     real, dream, s2r = (algo_config(cfg, "grpo", k, 1) for k in (REAL, DREAMGYM, S2R))
@@ -80,7 +80,7 @@ def test_episodes_cut_by_the_budget_are_not_trained_on(magic_policy) -> None:
 
 def test_synthetic_prior_seeds_the_sampler_with_dreamt_success(tmp_path: Path) -> None:
     from components.curriculum.sampling import VarianceTaskSampler
-    from components.stages.rl import synthetic_prior
+    from components.stages.rl_seed import synthetic_prior
 
     tasks = [magic_task(i) for i in range(3)]
     sampler = VarianceTaskSampler(tasks, seed=0)
@@ -299,7 +299,7 @@ def test_keeping_snapshots_is_part_of_a_dreamgym_runs_identity(project, snapshot
     before it: a run that keeps them is another run."""
     from components.agent import train
     from components.artifacts import DREAMGYM
-    from components.stages import rl
+    from components.stages import rl_seed as rl
 
     cfg, paths = project
     cfg = cfg.model_copy(
@@ -360,7 +360,8 @@ def test_s2r_stays_within_its_share_of_the_real_runs_steps(
 ):
     from components.agent import train
     from components.artifacts import synthetic_file
-    from components.stages import rl
+    from components.stages import rl_seed as rl
+    from components.stages.rl import train_s2r
     from components.tracking import dvc_md5
 
     cfg, paths = project
@@ -380,7 +381,7 @@ def test_s2r_stays_within_its_share_of_the_real_runs_steps(
         "train_rl",
         lambda *a, **kw: stamped.append(dict(kw["fingerprint"])) or train_rl(*a, **kw),
     )
-    out = rl.train_s2r(cfg, paths, "grpo")
+    out = train_s2r(cfg, paths, "grpo")
     assert checked and checked == stamped
     assert ("task_prior" in stamped[0]) == (mode == "real_rl")
     assert 0 < out["real_steps"] <= out["real_step_cap"] == cap  # cut mid-round, never over
@@ -418,7 +419,7 @@ def test_walks_explore_real_exits_no_recorded_episode_took(project, tmp_path: Pa
     from components.envs import env_factory
     from components.stages.exploration import EXPLORE_POLICY, explore_rollouts, known_maps
     from components.stages.regrounding import offline_train
-    from components.stages.rl import _train_tasks
+    from components.stages.rl_seed import _train_tasks
 
     cfg, paths = project
     tasks = _train_tasks(paths)
@@ -534,7 +535,7 @@ def test_a_transfer_seed_without_an_update_keeps_its_start_in_the_s2r_row(
 ):
     # the S2R row must cover every seed: one that could not learn plays as its start
     # (its zero-shot episodes), and the real steps it spent count
-    from components.stages import rl
+    from components.stages import rl_seed as rl
     from components.stages.transfer import transfer
 
     def no_update(*args, **kwargs):
@@ -579,7 +580,7 @@ def _dreamgym_seed(cfg: Config, paths: Paths, monkeypatch, kill_after: int | Non
     (None, run) when killed right after round ``kill_after``'s bookkeeping."""
     from components.artifacts import DREAMGYM
     from components.stages import dreamgym
-    from components.stages.rl import rl_seed
+    from components.stages.rl_seed import rl_seed
 
     seen: dict[str, Any] = {}
     on_rollouts = dreamgym.DreamGymRun.on_rollouts

@@ -274,12 +274,13 @@ IGNORED_READS = {
     ("components.experience.synthetic_answers:prompt_settings", "experience"),
     ("components.experience.synthetic_answers:prompt_settings", "ablation"),
 }
-_RL = "components.stages.rl"
+_RL, _SEED = "components.stages.rl", "components.stages.rl_seed"
 # only S2R reads these: `kind == S2R and cfg.rl.s2r_mode ...`, its own round settings
 _S2R_READS = {
-    *((f"{_RL}:{f}", "rl.s2r_mode") for f in ("rl_seed", "_rl_stage")),
-    *((f"{_RL}:rl_seed", f"rl.s2r_{k}") for k in ("explore", "dream_iterations", "task_prior")),
-    *((f"{_RL}:algo_config", f"rl.s2r_{k}") for k in ("tasks_per_iteration", "aggregation")),
+    (f"{_SEED}:rl_seed", "rl.s2r_mode"),
+    (f"{_RL}:_rl_stage", "rl.s2r_mode"),
+    *((f"{_SEED}:rl_seed", f"rl.s2r_{k}") for k in ("explore", "dream_iterations", "task_prior")),
+    *((f"{_SEED}:algo_config", f"rl.s2r_{k}") for k in ("tasks_per_iteration", "aggregation")),
 }
 # stage -> (function, key): reads in a branch on another kind of run (rl_seed, algo_config
 # and _rl_stage serve the three RL stages) or another method (evaluate_policy, random)
@@ -287,14 +288,14 @@ NOT_READ: dict[str, set[tuple[str, str]]] = {
     "train_rl_real": {
         *_S2R_READS,
         # `if dreams:` and `kind == DREAMGYM and cfg.theorem1.snapshots`
-        *((f"{_RL}:rl_seed", k) for k in ("synthetic", "curriculum", "ablation", "theorem1")),
+        *((f"{_SEED}:rl_seed", k) for k in ("synthetic", "curriculum", "ablation", "theorem1")),
         *(
-            (f"{_RL}:algo_config", f"rl.dreamgym_{k}")
+            (f"{_SEED}:algo_config", f"rl.dreamgym_{k}")
             for k in ("iterations", "tasks_per_iteration")
         ),
     },
     "train_dreamgym": _S2R_READS,
-    "train_s2r": {(f"{_RL}:rl_seed", "theorem1")},
+    "train_s2r": {(f"{_SEED}:rl_seed", "theorem1")},
     # the random baseline: no policy to serve, seeds_of(random) is agent.seeds
     "evaluate_random": {
         ("components.stages.agent:eval_job", "serving"),
@@ -304,8 +305,8 @@ NOT_READ: dict[str, set[tuple[str, str]]] = {
 # calls the walk above follows into functions no stage of that kind makes
 NOT_REACHED_PARAMS: dict[str, set[tuple[str, str]]] = {
     "train_dpo": {("components.stages.agent", "sft_seed")},  # a new scorer: SFT's only
-    "train_rl_real": {(_RL, "s2r_cap")},
-    "train_dreamgym": {(_RL, "s2r_cap")},
+    "train_rl_real": {(_SEED, "s2r_cap")},
+    "train_dreamgym": {(_SEED, "s2r_cap")},
 }
 WHOLE = "*"  # a path's last part when it reads all of the object before it
 _WHOLE_METHODS = {"model_dump", "model_dump_json", "model_copy"}
