@@ -35,16 +35,16 @@ def build_once(family: str, difficulty: int, seed: int, fast: bool, folder: Path
     """Make, compile and verify one game; seconds per step and what it made."""
     from textworld import logic
 
+    from components.envs import textworld_games as games
     from components.envs import textworld_speedups as speedups
-    from components.envs import textworld_tasks as tasks
-    from components.envs.textworld_tasks import _compile, _make_game, verify_walkthrough
+    from components.envs.textworld_games import _compile, _make_game, verify_walkthrough
 
     speedups.use_keyed_fact_sort()  # once: later calls (the stage's own) change nothing
     logic.sorted = speedups.keyed_sorted(logic.Proposition) if fast else builtins.sorted
     init = logic.State.__init__  # use_keyed_fact_sort's, wrapping TextWorld's own
     logic.State.__init__ = init if fast else init.__wrapped__
     # the stage's _compile opens ni_without_index; the plain build gets a no-op instead
-    tasks.ni_without_index = speedups.ni_without_index if fast else contextlib.nullcontext
+    games.ni_without_index = speedups.ni_without_index if fast else contextlib.nullcontext
     try:
         start = time.process_time()
         t0 = time.perf_counter()
@@ -72,8 +72,8 @@ def main() -> dict[str, Any]:
     """Build every game both ways and write the JSON."""
     from textworld import logic
 
+    from components.envs import textworld_games as games
     from components.envs import textworld_speedups as speedups
-    from components.envs import textworld_tasks as tasks
 
     speedups.use_keyed_fact_sort()  # before the first build, so the plain runs stay plain
     modes = {"plain": False, "fast": True}
@@ -96,7 +96,7 @@ def main() -> dict[str, Any]:
                         raise AssertionError(f"{spec}: the speedups changed the game's {key}")
     finally:
         logic.sorted = speedups.keyed_sorted(logic.Proposition)
-        tasks.ni_without_index = speedups.ni_without_index
+        games.ni_without_index = speedups.ni_without_index
     totals = {m: {s: round(sum(v), 2) for s, v in times[m].items()} for m in modes}
     out = {
         "cpu": cpu_name(),

@@ -5,7 +5,8 @@ Families (difficulty = the family's knob, spread evenly over ``[min, max]``):
 * ``quest``: random quests from TextWorld's generator; quest length = difficulty, with
   more rooms and objects as it grows.
 * ``cooking``: ``tw-cooking`` (First TextWorld Problems) recipes; difficulty adds
-  ingredients, rooms, closed containers/doors, cooking and cutting (see COOKING_LEVELS).
+  ingredients, rooms, closed containers/doors, cooking and cutting (COOKING_LEVELS in
+  components/envs/textworld_games.py, which makes, compiles and verifies one game).
 * ``treasure``: ``tw-treasure_hunter`` with level = difficulty (1-10: 5 empty rooms,
   11-20: 10 rooms with doors and containers, 21-30: 20 rooms with locked doors and keys).
 
@@ -25,10 +26,6 @@ those are ever pruned.
 
 from __future__ import annotations
 
-import contextlib
-import copy
-import functools
-import json
 import logging
 import math
 import os
@@ -38,13 +35,20 @@ import shutil
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 from components.config import Config, TaskFamilyConfig
 from components.envs.base import TASKS_FILE, write_task_suite
-from components.envs.textworld_speedups import ni_without_index, use_keyed_fact_sort
+from components.envs.textworld_games import (
+    GAME_EXT,
+    GENERATOR_VERSION,
+    META_SUFFIX,
+    GameSpec,
+    build_game,
+    int_seed,
+)
 from components.io import read_json
 from components.schema import Split, Task, read_jsonl, stable_id
 
@@ -52,41 +56,9 @@ log = logging.getLogger(__name__)
 
 ENV_NAME = "textworld"
 GAMES_DIR = "games"
-GAME_EXT = ".z8"
-META_SUFFIX = ".meta.json"
-# Part of every task id and game seed: bump it when the generation recipe changes so old
-# games are not silently reused under the same ids.
-GENERATOR_VERSION = "tw-suite-1"
-MAX_ATTEMPTS = 20
-
-# tw-cooking skills per difficulty (FTWP-like progression); higher difficulties reuse the last
-COOKING_LEVELS: tuple[dict[str, Any], ...] = (
-    {"recipe": 1, "take": 1, "go": 1},
-    {"recipe": 1, "take": 1, "go": 1, "open": True, "cut": True},
-    {"recipe": 2, "take": 2, "go": 6, "open": True, "cook": True},
-    {"recipe": 2, "take": 2, "go": 6, "open": True, "cook": True, "cut": True},
-    {"recipe": 3, "take": 3, "go": 9, "open": True, "cook": True, "cut": True},
-    {"recipe": 3, "take": 3, "go": 12, "open": True, "cook": True, "cut": True, "drop": True},
-)
-
-
-@dataclass(frozen=True)
-class GameSpec:
-    """One planned game: identity, difficulty, split and the seed it is generated from."""
-
-    task_id: str
-    family: str
-    index: int
-    difficulty: int
-    split: Split
-    seed: int
 
 
 # -- planning (pure, no TextWorld) ----------------------------------------------------------
-
-
-def _int_seed(*parts: object) -> int:
-    return int(stable_id(*parts), 16) % (2**31 - 1)
 
 
 def spread_difficulties(n: int, lo: int, hi: int) -> list[int]:
@@ -152,7 +124,7 @@ def plan_task_suite(cfg: Config) -> list[GameSpec]:
 
 def _plan_family(fam: TaskFamilyConfig, counts: list[int], seed: int) -> Iterator[GameSpec]:
     difficulties = spread_difficulties(fam.n_games, fam.min_difficulty, fam.max_difficulty)
-    rng = random.Random(_int_seed("splits", seed, fam.name, GENERATOR_VERSION))
+    rng = random.Random(int_seed("splits", seed, fam.name, GENERATOR_VERSION))
     splits = _assign_splits(fam.n_games, counts, rng)
     for i, (d, s) in enumerate(zip(difficulties, splits, strict=True)):
         key = stable_id(ENV_NAME, fam.name, i, d, seed, GENERATOR_VERSION, n=10)
@@ -162,149 +134,8 @@ def _plan_family(fam: TaskFamilyConfig, counts: list[int], seed: int) -> Iterato
             index=i,
             difficulty=d,
             split=s,
-            seed=_int_seed("game", seed, fam.name, i, d, GENERATOR_VERSION),
+            seed=int_seed("game", seed, fam.name, i, d, GENERATOR_VERSION),
         )
-
-
-# -- generation (TextWorld, runs in worker processes) ---------------------------------------
-
-
-def _make_game(family: str, difficulty: int, seed: int) -> Any:
-    import textworld
-    import textworld.challenges
-    from textworld.generator import make_game
-
-    use_keyed_fact_sort()  # the same games, made sooner
-
-    options = textworld.GameOptions()
-    options.seeds = seed
-    if family == "quest":
-        options.nb_rooms = 1 + (difficulty + 1) // 2
-        options.nb_objects = 2 + 2 * difficulty
-        options.quest_length = difficulty
-        return make_game(options)
-    if family == "treasure":
-        make = textworld.challenges.CHALLENGES["tw-treasure_hunter"][1]
-        with _knowledge_base_parsed_once():
-            return make({"level": min(max(difficulty, 1), 30)}, options)
-    if family == "cooking":
-        make = textworld.challenges.CHALLENGES["tw-cooking"][1]
-        level = COOKING_LEVELS[min(difficulty, len(COOKING_LEVELS)) - 1]
-        return make({**level, "recipe_seed": 0, "split": None}, options)
-    raise ValueError(f"unknown task family {family!r}")
-
-
-@functools.cache
-def _treasure_knowledge_base() -> Any:
-    from textworld.challenges.tw_treasure_hunter.treasure_hunter import KB_PATH
-    from textworld.generator.data import KnowledgeBase
-
-    return KnowledgeBase.load(KB_PATH)
-
-
-@contextlib.contextmanager
-def _knowledge_base_parsed_once() -> Iterator[None]:
-    """The treasure hunter's ``make`` re-parses its knowledge base for every game (~0.4 s,
-    ~14% of making one): while this is open it gets a copy of one parse per process. A
-    copy, so a game that changed its KB cannot leak into the next (same games, tested)."""
-    from textworld.challenges.tw_treasure_hunter import treasure_hunter
-
-    class _Parsed:
-        @staticmethod
-        def load(*_: Any, **__: Any) -> Any:
-            return copy.deepcopy(_treasure_knowledge_base())
-
-    original = treasure_hunter.KnowledgeBase
-    treasure_hunter.KnowledgeBase = _Parsed  # make() reads the module global
-    try:
-        yield
-    finally:
-        treasure_hunter.KnowledgeBase = original
-
-
-def _compile(game: Any, path: Path) -> None:
-    import textworld
-    from textworld.generator import compile_game
-
-    # set iteration order leaks into this metadata list; sort it for byte-identical files
-    if isinstance(game.metadata.get("entities"), list):
-        game.metadata["entities"] = sorted(game.metadata["entities"], key=lambda e: str(e))
-    options = textworld.GameOptions()
-    options.path = str(path)
-    options.force_recompile = True
-    with ni_without_index():  # the same story file, ~18% sooner
-        compile_game(game, options)
-
-
-def verify_walkthrough(game_file: Path, walkthrough: list[str] | None) -> list[str] | None:
-    """A command list that wins ``game_file``: the walkthrough if replaying it wins, else
-    the engine's winning policy followed step by step; None if neither wins."""
-    import textworld
-
-    use_keyed_fact_sort()
-    infos = textworld.EnvInfos(policy_commands=True, won=True, lost=True)
-    env = textworld.start(str(game_file), request_infos=infos)
-    try:
-        if walkthrough:
-            state = env.reset()
-            for i, cmd in enumerate(walkthrough):
-                state, _, done = env.step(cmd)
-                if done:
-                    if state["won"]:
-                        return list(walkthrough[: i + 1])
-                    break
-        state = env.reset()
-        played: list[str] = []
-        for _ in range(4 * len(walkthrough or []) + 20):
-            plan = state.get("policy_commands") or []
-            if not plan:
-                return None
-            played.append(plan[0])
-            state, _, done = env.step(plan[0])
-            if done:
-                return played if state["won"] else None
-        return None
-    finally:
-        env.close()
-
-
-def build_game(spec: GameSpec, games_dir: Path) -> dict[str, Any]:
-    """Generate, compile and verify one game (retrying derived seeds); returns its meta."""
-    tmp = games_dir / ".tmp" / spec.task_id
-    errors: list[str] = []
-    for attempt in range(MAX_ATTEMPTS):
-        seed = spec.seed if attempt == 0 else _int_seed("retry", spec.seed, attempt)
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir(parents=True)
-        start = time.perf_counter()
-        try:
-            game = _make_game(spec.family, spec.difficulty, seed)
-            tmp_file = tmp / f"{spec.task_id}{GAME_EXT}"
-            _compile(game, tmp_file)
-            walkthrough = verify_walkthrough(tmp_file, game.walkthrough)
-        except Exception as err:  # TextWorld raises many kinds on unlucky seeds
-            errors.append(f"seed {seed}: {type(err).__name__}: {err}")
-            continue
-        if not walkthrough:
-            errors.append(f"seed {seed}: walkthrough does not win")
-            continue
-        meta = {
-            **asdict(spec),
-            "generator_version": GENERATOR_VERSION,
-            "game_seed": seed,
-            "attempts": attempt + 1,
-            "instruction": " ".join(str(game.objective).split()),
-            "walkthrough": walkthrough,
-            "seconds": round(time.perf_counter() - start, 3),
-        }
-        # json before z8, the meta file last: its presence means the game is complete
-        for ext in (".json", GAME_EXT):
-            os.replace(tmp / f"{spec.task_id}{ext}", games_dir / f"{spec.task_id}{ext}")
-        _write_text_atomic(games_dir / f"{spec.task_id}{META_SUFFIX}", json.dumps(meta))
-        shutil.rmtree(tmp, ignore_errors=True)
-        return meta
-    shutil.rmtree(tmp, ignore_errors=True)
-    raise RuntimeError(f"no solvable game for {spec.task_id}: " + "; ".join(errors[-3:]))
 
 
 def exit_with_parent(parent_pid: int) -> None:
@@ -320,12 +151,6 @@ def exit_with_parent(parent_pid: int) -> None:
         os._exit(1)
 
     threading.Thread(target=watch, name="exit-with-parent", daemon=True).start()
-
-
-def _write_text_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
 
 
 def _existing_meta(spec: GameSpec, games_dir: Path) -> dict[str, Any] | None:

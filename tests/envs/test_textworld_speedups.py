@@ -14,6 +14,7 @@ pytest.importorskip("textworld")
 
 from textworld import logic
 
+from components.envs.textworld_games import _compile, _make_game
 from components.envs.textworld_speedups import (
     NO_INDEX,
     FactSet,
@@ -21,7 +22,6 @@ from components.envs.textworld_speedups import (
     ni_without_index,
     use_keyed_fact_sort,
 )
-from components.envs.textworld_tasks import _compile, _make_game
 
 
 def _random_propositions(rng: random.Random, n: int) -> list[logic.Proposition]:

@@ -109,7 +109,7 @@ def test_treasure_games_with_the_knowledge_base_parsed_once_are_the_same_games()
     import textworld
     import textworld.challenges
 
-    from components.envs.textworld_tasks import _make_game
+    from components.envs.textworld_games import _make_game
 
     make = textworld.challenges.CHALLENGES["tw-treasure_hunter"][1]
     for level, seed in ((3, 11), (12, 12), (3, 13)):  # one KB parse serves all three

@@ -11,12 +11,12 @@ def test_a_game_built_plain_and_fast_is_the_same_game(tmp_path, monkeypatch):
     from textworld import logic
 
     from bench.game_generation import build_once
-    from components.envs import textworld_speedups, textworld_tasks
+    from components.envs import textworld_games, textworld_speedups
 
     textworld_speedups.use_keyed_fact_sort()
     # build_once rebinds both names; monkeypatch puts them back after the test
     monkeypatch.setattr(logic, "sorted", logic.sorted)
-    monkeypatch.setattr(textworld_tasks, "ni_without_index", textworld_tasks.ni_without_index)
+    monkeypatch.setattr(textworld_games, "ni_without_index", textworld_games.ni_without_index)
     built = {}
     for fast in (False, True):
         (tmp_path / str(fast)).mkdir()
