@@ -35,7 +35,7 @@ from components.agent.policy import (
     parse_answer,
     render_prompt,
 )
-from components.agent.policy_model import MALFORMED_ACTION
+from components.agent.policy_base import MALFORMED_ACTION
 from components.envs.base import ADMISSIBLE, VALID, Env, EnvError, step_won
 from components.evaluation.fidelity import wilson_interval
 from components.schema import Task

@@ -27,8 +27,9 @@ from collections import defaultdict
 from collections.abc import Hashable, Sequence
 from typing import Any
 
+from components.agent.policy_base import TrainablePolicy
 from components.agent.rl import DemoLoss, Learner, attach_reference, flatten
-from components.agent.rollout import RolloutBatch, TrainablePolicy
+from components.agent.rollout import RolloutBatch
 from components.config import GRPOConfig
 
 ADV_EPS = 1e-4  # TRL's epsilon in (r - mean) / (std + eps)

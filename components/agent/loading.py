@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from components.agent.policy import Decision, Observation
-from components.agent.policy_model import MALFORMED_ACTION, ActResult
+from components.agent.policy_base import MALFORMED_ACTION, ActResult
 from components.agent.scorer import ScorerPolicy, ScorerSettings, is_scorer_dir
 from components.config import AgentConfig, Config, ServingConfig
 from components.config.data import PAGE_ENVS

@@ -22,9 +22,9 @@ from collections import defaultdict
 from collections.abc import Callable, Hashable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from components.agent.policy_model import TokenScores
+from components.agent.policy_base import TokenScores, TrainablePolicy
 from components.agent.rl import DemoLoss, Learner, TurnRow, attach_reference, flatten
-from components.agent.rollout import RolloutBatch, TrainablePolicy
+from components.agent.rollout import RolloutBatch
 from components.config import PPOConfig
 from components.schema import Task
 

@@ -25,8 +25,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Literal
 
-from components.agent.policy_model import ActResult, TokenScores
-from components.agent.rollout import Episode, RolloutBatch, TrainablePolicy
+from components.agent.policy_base import ActResult, TokenScores, TrainablePolicy
+from components.agent.rollout import Episode, RolloutBatch
 from components.config import RLAlgoConfig
 from components.config.base import fields_of
 from components.schema import seed_int

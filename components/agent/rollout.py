@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from components.agent.policy import Observation
-from components.agent.policy_model import ActResult, TrainablePolicy  # RL imports it from here
+from components.agent.policy_base import ActResult, TrainablePolicy
 from components.envs.base import ADMISSIBLE, VALID, step_won
 from components.envs.vector import ENV_ERROR, VectorEnv
 from components.episodes import task_trajectory, task_transition

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 from components.agent.features import CachedEncoder, Decision, Design, Featurizer
 from components.agent.policy import Decision as Answer
 from components.agent.policy import Observation, PolicySettings
-from components.agent.policy_model import ActResult, TokenScores, TrainablePolicy, frozen
+from components.agent.policy_base import ActResult, TokenScores, TrainablePolicy, frozen
 from components.io import read_json
 
 if TYPE_CHECKING:

@@ -34,9 +34,10 @@ from typing import Any, Protocol, runtime_checkable
 
 from components.agent import checkpoint
 from components.agent.grpo import GRPO, GRPOConfig
+from components.agent.policy_base import TrainablePolicy
 from components.agent.ppo import PPO, PPOConfig
 from components.agent.rl import RUNTIME_FIELDS, DemoLoss, seed_everything, seed_int, update_kl
-from components.agent.rollout import RolloutBatch, TrainablePolicy, collect_rollouts
+from components.agent.rollout import RolloutBatch, collect_rollouts
 from components.config import RLAlgoConfig
 from components.envs.base import Env
 from components.envs.vector import EnvList, VectorEnv

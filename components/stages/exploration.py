@@ -105,7 +105,7 @@ def explore_rollouts(
     steps again.
     """
     from components.agent.policy import Decision, Observation
-    from components.agent.policy_model import ActResult
+    from components.agent.policy_base import ActResult
     from components.agent.rollout import Episode, Turn
     from components.envs.base import ADMISSIBLE, VALID, step_won
     from components.envs.vector import ENV_ERROR, EnvList

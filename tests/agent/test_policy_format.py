@@ -15,7 +15,7 @@ from components.agent.policy import (
     render_answer,
     render_prompt,
 )
-from components.agent.policy_model import MALFORMED_ACTION
+from components.agent.policy_base import MALFORMED_ACTION
 from components.agent.sft_data import answer_for, feedback_of, history_of, observation_at
 
 

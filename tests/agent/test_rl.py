@@ -10,7 +10,8 @@ import pytest
 
 from components.agent.grpo import group_advantages
 from components.agent.policy import PolicySettings, render_answer
-from components.agent.policy_model import MALFORMED_ACTION, ActResult, PolicyModel
+from components.agent.policy_base import MALFORMED_ACTION, ActResult
+from components.agent.policy_model import PolicyModel
 from components.agent.ppo import gae, normalize
 from components.agent.rl import TurnRow, clipped_token_loss, episode_weighted, flatten
 from components.agent.rollout import collect_rollouts
@@ -493,7 +494,7 @@ def test_env_failures_end_the_episode_count_the_step_and_are_not_trained_on(
 
 
 def test_actions_with_control_characters_are_malformed() -> None:
-    from components.agent.policy_model import parse_policy_answer
+    from components.agent.policy_base import parse_policy_answer
 
     # TextWorld's frotz engine segfaults the process on "go\x13" (measured): never send it
     decision, error = parse_policy_answer("<action>go\x13</action>", with_reasoning=False)

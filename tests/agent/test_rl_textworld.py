@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from components.agent.policy import PolicySettings
-from components.agent.policy_model import MALFORMED_ACTION, PolicyModel
+from components.agent.policy_base import MALFORMED_ACTION
+from components.agent.policy_model import PolicyModel
 from components.agent.rollout import collect_rollouts
 from components.agent.train import train_rl
 from components.envs.textworld_env import TextWorldEnv

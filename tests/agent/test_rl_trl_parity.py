@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from components.agent.policy_model import ActResult, PolicyModel
+from components.agent.policy_base import ActResult
+from components.agent.policy_model import PolicyModel
 from components.agent.rl import TurnRow, turn_loss
 from tests.agent.rl_env import first_observation
 from tests.factories import grpo_config
