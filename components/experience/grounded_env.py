@@ -27,12 +27,12 @@ from typing import Any
 
 from components.envs.episodic import normalize_command
 from components.experience.grounded import (
-    EVIDENCE_KINDS,
     GroundedModel,
     Outcome,
     Query,
     split_cached,
 )
+from components.experience.grounded_drafts import EVIDENCE_KINDS
 from components.experience.synthetic_episodes import (
     EpisodeRecord,
     EpisodeSlots,

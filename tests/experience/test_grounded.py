@@ -19,11 +19,6 @@ import pytest
 
 from components.envs.vector import VectorEnv
 from components.experience.grounded import (
-    EDIT,
-    MAP,
-    REPLAY,
-    SYNTHETIC_REPLAY,
-    UNKNOWN_ROOM,
     GroundedModel,
     GroundedSettings,
     Query,
@@ -33,6 +28,7 @@ from components.experience.grounded import (
     episode_rows,
     world_key,
 )
+from components.experience.grounded_drafts import EDIT, MAP, REPLAY, SYNTHETIC_REPLAY, UNKNOWN_ROOM
 from components.experience.grounded_env import GroundedVectorEnv
 from components.experience.task_generation import generated_task
 from components.memory import EpisodeMemory

@@ -19,7 +19,8 @@ from components.envs.miniwob_dom import (
     parse_page,
     render_state,
 )
-from components.experience.grounded import EDIT, GroundedModel, GroundedSettings, Query
+from components.experience.grounded import GroundedModel, GroundedSettings, Query
+from components.experience.grounded_drafts import EDIT
 from components.experience.grounded_page import (
     PAGE_FEATURES,
     fill_page_template,
