@@ -123,7 +123,7 @@ class Generator(CompletionBackend):
         self.tokenizer = tokenizer
         self.fast = fast
         cuda = self.device.type == "cuda"
-        from components.lm.graph_decode import supports
+        from components.lm.fused_weights import supports
 
         self.graph = (cuda and supports(model)) if graph is None else graph
         self._decoders: dict[tuple[int, int], Any] = {}  # graph path: buffers and graphs

@@ -34,68 +34,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-SUPPORTED_TYPES = ("llama", "qwen2")
+from components.lm.fused_weights import base_model, copy_fused, fused_buffers, supports
+
 ATTENTION = ("torch", "triton")  # eager matmuls, or one Triton kernel per layer (CUDA)
-
-
-def supports(model: Any) -> bool:
-    """Whether ``model`` is a Llama-family causal LM this decoder implements."""
-    cfg = getattr(model, "config", None)
-    inner = getattr(_base(model), "model", None)
-    return (
-        cfg is not None
-        and inner is not None
-        and getattr(cfg, "model_type", None) in SUPPORTED_TYPES
-        and getattr(cfg, "hidden_act", "silu") == "silu"
-        and not getattr(cfg, "use_sliding_window", False)
-        and hasattr(inner, "rotary_emb")
-        and not getattr(cfg, "mlp_bias", False)
-        and all(_biases_supported(layer) for layer in getattr(inner, "layers", ()))
-    )
-
-
-def _biases_supported(layer: Any) -> bool:
-    """Whether ``layer`` has biases only where the decode step adds them (q/k/v, all or none).
-
-    o_proj and MLP biases (Llama's ``attention_bias`` / ``mlp_bias``) are not carried:
-    such a model decodes on the other paths rather than silently without them.
-    """
-    a, m = getattr(layer, "self_attn", None), getattr(layer, "mlp", None)
-    try:
-        qkv = [_weight(p)[1] is not None for p in (a.q_proj, a.k_proj, a.v_proj)]
-        rest = [_weight(p)[1] is not None for p in (a.o_proj, m.gate_proj, m.up_proj, m.down_proj)]
-    except AttributeError:  # another layout than Llama's
-        return False
-    return len(set(qkv)) == 1 and not any(rest)
-
-
-def _base(model: Any) -> Any:
-    """The transformers model under a peft wrapper (or the model itself)."""
-    get_base = getattr(model, "get_base_model", None)
-    return get_base() if callable(get_base) else model
-
-
-def _weight(linear: Any) -> tuple[Any, Any]:
-    """(weight, bias) of a Linear as used in the forward pass: a LoRA delta included."""
-    base = getattr(linear, "base_layer", linear)
-    weight, bias = base.weight, base.bias
-    lora = hasattr(linear, "get_delta_weight") and not getattr(linear, "merged", False)
-    if lora and not getattr(linear, "disable_adapters", False):
-        for name in getattr(linear, "active_adapters", ()):
-            if name in getattr(linear, "lora_A", {}):
-                weight = weight + linear.get_delta_weight(name)
-    return weight, bias
-
-
-@dataclass
-class _Layer:
-    qkv: Any
-    qkv_bias: Any
-    o: Any
-    gate_up: Any
-    down: Any
-    ln1: Any
-    ln2: Any
 
 
 @dataclass(frozen=True)
@@ -138,7 +79,7 @@ class GraphDecoder:
                 "(or biases outside q/k/v)"
             )
         self.model = model
-        base = _base(model)
+        base = base_model(model)
         self.inner = base.model
         cfg = model.config
         self.device = next(model.parameters()).device
@@ -173,7 +114,7 @@ class GraphDecoder:
         self.tok = torch.zeros(batch_size, dtype=torch.long, device=self.device)
         self.pos = torch.zeros(batch_size, dtype=torch.long, device=self.device)
         self.col = torch.zeros(1, dtype=torch.long, device=self.device)
-        self.layers = [self._alloc_layer(layer) for layer in self.inner.layers]
+        self.layers = [fused_buffers(layer, self.dtype, self.device) for layer in self.inner.layers]
         self.lm_head = base.lm_head.weight
         half = torch.ones(self.head_dim // 2, dtype=self.dtype, device=self.device)
         self.rotate_sign = torch.cat([-half, half])
@@ -198,44 +139,10 @@ class GraphDecoder:
 
     # -- weights --------------------------------------------------------------------------
 
-    def _alloc_layer(self, layer: Any) -> _Layer:
-        import torch
-
-        a, m = layer.self_attn, layer.mlp
-        qkv = [_weight(p) for p in (a.q_proj, a.k_proj, a.v_proj)]
-        has_bias = qkv[0][1] is not None
-
-        def empty(*tensors: Any) -> Any:
-            rows = sum(t.shape[0] for t in tensors)
-            return torch.empty((rows, *tensors[0].shape[1:]), dtype=self.dtype, device=self.device)
-
-        return _Layer(
-            qkv=empty(*(w for w, _ in qkv)),
-            qkv_bias=empty(*(b for _, b in qkv)) if has_bias else None,
-            o=empty(_weight(a.o_proj)[0]),
-            gate_up=empty(_weight(m.gate_proj)[0], _weight(m.up_proj)[0]),
-            down=empty(_weight(m.down_proj)[0]),
-            ln1=layer.input_layernorm.weight,
-            ln2=layer.post_attention_layernorm.weight,
-        )
-
     def refresh_weights(self) -> None:
         """Copy the model's current weights (LoRA deltas added) into the fused buffers."""
-        import torch
-
-        with torch.no_grad():
-            for dst, layer in zip(self.layers, self.inner.layers, strict=True):
-                a, m = layer.self_attn, layer.mlp
-                qkv = [_weight(p) for p in (a.q_proj, a.k_proj, a.v_proj)]
-                q_rows = qkv[0][0].shape[0]
-                torch.cat([w for w, _ in qkv], out=dst.qkv)
-                dst.qkv[:q_rows].mul_(self.scaling)  # attention's 1/sqrt(d) folded into q
-                if dst.qkv_bias is not None:
-                    torch.cat([b for _, b in qkv], out=dst.qkv_bias)
-                    dst.qkv_bias[:q_rows].mul_(self.scaling)
-                dst.o.copy_(_weight(a.o_proj)[0])
-                torch.cat([_weight(m.gate_proj)[0], _weight(m.up_proj)[0]], out=dst.gate_up)
-                dst.down.copy_(_weight(m.down_proj)[0])
+        for dst, layer in zip(self.layers, self.inner.layers, strict=True):
+            copy_fused(dst, layer, self.scaling)
 
     # -- one decode step ------------------------------------------------------------------
 

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from components.lm.fused_weights import supports
 from components.lm.generate import Generator
-from components.lm.graph_decode import GraphDecoder, decoder_for, supports
+from components.lm.graph_decode import GraphDecoder, decoder_for
 from tests.lm.test_generate_fast import GREEDY, PROMPTS, SCORED
 
 
