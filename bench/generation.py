@@ -15,7 +15,7 @@ Backends: ``reference`` (plain ``model.generate``, one prompt at a time), ``hf_g
 implementation before this benchmark), ``fast`` (our decode loop), ``openai`` (the
 OpenAI-compatible client against the local fake server: client + HTTP overhead only,
 so it reports requests/s, not model tokens/s). ``roofline_fraction`` needs a GPU's decode
-step time and peak bandwidth: null on CPU, the formula is ``roofline_fraction`` below.
+step time and peak bandwidth: null on CPU, the formula is in bench/roofline.py.
 """
 
 from __future__ import annotations
@@ -34,6 +34,8 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import bench_parser
+from bench.roofline import decode_bytes_per_step, peak_bandwidth, roofline_fraction
+from bench.sft_throughput import measure_sft
 
 RESULTS = Path("bench/results")
 MODEL_DIRS = tuple(
@@ -46,47 +48,6 @@ MAX_NEW_TOKENS = int(os.environ.get("BENCH_GEN_MAX_NEW", "384"))  # the cpu prof
 REPEATS = int(os.environ.get("BENCH_GEN_REPEATS", "2"))
 N_PROMPTS = 32
 MIN_PROMPTS = 4  # batch 1 still averages over a few prompts
-SFT_STEPS = int(os.environ.get("BENCH_GEN_SFT_STEPS", "6"))
-# Peak HBM bandwidth in bytes/s by GPU name (substring match on torch's device name, most
-# specific first); vendor datasheet figures.
-PEAK_BANDWIDTH: tuple[tuple[str, float], ...] = (
-    ("gh200", 4.0e12),  # before "h200", which its name contains
-    ("h200", 4.8e12),
-    ("h100 nvl", 3.9e12),
-    ("h100 pcie", 2.0e12),
-    ("h100", 3.35e12),  # SXM (HBM3)
-    ("a100-sxm4-80gb", 2.039e12),
-    ("a100 80gb pcie", 1.935e12),
-    ("a100", 1.555e12),  # 40 GB
-    ("l40s", 0.864e12),
-    ("a10g", 0.6e12),
-    ("l4", 0.3e12),
-    ("rtx 4090", 1.008e12),
-)
-
-
-def peak_bandwidth(device_name: str) -> float | None:
-    """Peak memory bandwidth (bytes/s) of a GPU from its name, or None if unknown."""
-    low = device_name.lower()
-    return next((bw for key, bw in PEAK_BANDWIDTH if key in low), None)
-
-
-def decode_bytes_per_step(model: Any, batch: int, context: float) -> float:
-    """Bytes a decode step must read: every weight once + the KV cache of every row."""
-    cfg = model.config
-    weight_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
-    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
-    kv_heads = getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads
-    elem = next(model.parameters()).element_size()
-    kv_per_token = 2 * cfg.num_hidden_layers * kv_heads * head_dim * elem
-    return weight_bytes + batch * context * kv_per_token
-
-
-def roofline_fraction(bytes_per_step: float, step_s: float, peak_bytes_per_s: float) -> float:
-    """Achieved decode bandwidth as a share of the peak: (bytes / step time) / peak."""
-    return bytes_per_step / step_s / peak_bytes_per_s
-
-
 # -- model, prompts -------------------------------------------------------------------------
 
 
@@ -356,62 +317,6 @@ def measure_openai_client(n: int = 256) -> dict[str, Any]:
     return out
 
 
-def measure_sft(model_info: dict[str, Any]) -> dict[str, Any]:
-    """SFT training tokens/s of the cpu experience model's preset (a few TRL steps)."""
-    from components.config import PARAMS_FILE, Paths, load_config
-    from components.experience.dataset import build_examples, corpus, select_transitions
-    from components.experience.sft import train_sft
-    from components.lm.models import build_tiny_model
-    from components.lm.tokenizer import train_tokenizer
-    from components.stages.experience import load_trajectories, open_retriever, prompt_settings
-    from components.teacher.annotate import load_annotations
-
-    cfg = load_config(PARAMS_FILE, profile="cpu")
-    ecfg = cfg.experience.model_copy(
-        update={
-            "max_steps": SFT_STEPS,
-            "max_train_minutes": None,
-            "save_steps": 10_000,
-            "eval_loss_examples": 0,
-            "logging_steps": 1,
-        }
-    )
-    paths = Paths(Path(".").resolve())
-    settings = prompt_settings(cfg)
-    n = SFT_STEPS * ecfg.batch_size * ecfg.grad_accum
-    train, _ = build_examples(
-        select_transitions(load_trajectories(paths), "train", n, ecfg.seed),
-        settings,
-        load_annotations(paths.annotations_file),
-        open_retriever(cfg, paths, settings.k),
-    )
-    tok = train_tokenizer(corpus(train), vocab_size=ecfg.vocab_size)
-    model = build_tiny_model(ecfg.tiny_preset, tok)
-    # tokens trained on: prompt + completion of every example seen (one epoch of them)
-    n_tokens = 0
-    for ex in train:
-        text = tok.apply_chat_template(ex.prompt() + ex.to_sft()["completion"], tokenize=False)
-        n_tokens += len(tok(text, add_special_tokens=False)["input_ids"])
-    with tempfile.TemporaryDirectory() as tmp:
-        _, result = train_sft(model, tok, train, ecfg, Path(tmp), fingerprint={"bench": 1})
-    return {
-        "preset": ecfg.tiny_preset,
-        "steps": result.steps,
-        "examples": len(train),
-        "tokens": n_tokens,
-        "seconds": round(result.seconds, 2),
-        "tokens_per_s": round(n_tokens / result.seconds, 1),
-        "note": "trainer.train wall time incl. the first step's warm-up; batch "
-        f"{ecfg.batch_size}, torch threads {_threads()}",
-    }
-
-
-def _threads() -> int:
-    import torch
-
-    return torch.get_num_threads()
-
-
 def _device() -> dict[str, Any]:
     import torch
 
@@ -499,7 +404,7 @@ def main() -> dict[str, Any]:
     except Exception as err:  # e.g. tests/ not shipped: skip, say why
         result["openai_client"] = {"skipped": repr(err)}
     try:
-        result["sft_training"] = measure_sft(model_info)
+        result["sft_training"] = measure_sft()
     except Exception as err:
         result["sft_training"] = {"skipped": repr(err)}
     result["retrieval_latency"] = "see bench/results/buffer.json (p50/p99 ms per retrieve)"

@@ -40,7 +40,7 @@ Per backend: prefill and decode seconds (CUDA-synchronised wall clock, after one
 call that also captures the graphs), decode step ms, tokens/s over the whole call and
 over decoding alone, and the memory-bandwidth roofline fraction of a decode step:
 ``(weights + KV cache read at the mean context, prompt + NEW_TOKENS / 2) / step time /
-the GPU's peak bandwidth`` (``bench.generation.decode_bytes_per_step``). Greedy agreement
+the GPU's peak bandwidth`` (``bench.roofline.decode_bytes_per_step``). Greedy agreement
 of the graph path with ``generate`` is checked in float32 on a few rows.
 """
 
@@ -53,6 +53,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import bench_parser
+from bench.roofline import decode_bytes_per_step, peak_bandwidth, roofline_fraction
 
 RESULTS = Path(os.environ.get("BENCH_GPU_OUT", "bench/results")) / "gpu_decode.json"
 BATCH = int(os.environ.get("BENCH_GPU_BATCH", "256"))
@@ -166,8 +167,6 @@ def entry(
     model: Any, prefill: float, decode: float, n_rows: int, width: int, new: int, peak: float
 ) -> dict[str, Any]:
     """Throughput and roofline figures of one measured call."""
-    from bench.generation import decode_bytes_per_step, roofline_fraction
-
     step_s = decode / (new - 1)  # the first token comes from the prefill
     step_bytes = decode_bytes_per_step(model, n_rows, width + new / 2)
     return {
@@ -216,8 +215,6 @@ def agreement(model: Any, n_rows: int = 8, width: int = 256, new: int = 32) -> d
 def main() -> dict[str, Any] | None:
     """Run the GPU decode benchmark; writes gpu_decode.json (CUDA only)."""
     import torch
-
-    from bench.generation import peak_bandwidth
 
     if not torch.cuda.is_available():
         print(f"no CUDA device: {RESULTS} left as it is (run this on a GPU machine)")
