@@ -72,14 +72,14 @@ MAX_STEPS = 20  # the cpu profile's synthetic.max_steps and env.max_steps
 GOAL_RATIO = 2.0  # synthetic >= 2x the slowest real env
 GOAL_BATCH_SPEEDUP = 3.0  # batch 32 >= 3x batch 1
 FALLBACK_ACTION = "look"
-# what the profile groups step time by: (label, function name, file suffix)
+# what the profile groups step time by: (label, function name, the end of its file path)
 PHASES = (
-    ("tables", "_draft", "grounded.py"),
-    ("features", "outcome_features", "grounded_outcome.py"),
-    ("classifiers", "_classify_rows", "grounded.py"),
-    ("record", "_advance", "grounded_env.py"),
-    ("record.transition", "_transition", "grounded_env.py"),
-    ("record.memory", "update", "memory.py"),
+    ("tables", "_draft", "experience/grounded_drafts.py"),
+    ("features", "outcome_features", "experience/grounded_outcome.py"),
+    ("classifiers", "_classify_rows", "experience/grounded.py"),
+    ("record", "_advance", "experience/grounded_env.py"),
+    ("record.transition", "_transition", "experience/grounded_env.py"),
+    ("record.memory", "update", "components/memory.py"),
 )
 
 
